@@ -1,0 +1,3 @@
+//! lake-e2e's tests: one test binary, one module per subject.
+
+mod readme;

@@ -1,0 +1,195 @@
+//! `LakeCluster.spec`: the resource users write. Field names are public API: extend, never rename.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::status::LakeClusterStatus;
+
+/// A whole data lake: two DynamoDB tables (catalog registry, Lance manifests), least-privilege
+/// IAM for two workload roles, and the query and metadata workloads over one storage location.
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "lake.dev",
+    version = "v1alpha1",
+    kind = "LakeCluster",
+    plural = "lakeclusters",
+    shortname = "lake",
+    namespaced,
+    status = "LakeClusterStatus",
+    derive = "PartialEq",
+    cel,
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Query endpoint",
+        type_ = "string",
+        json_path = ".status.endpoints.query"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new(
+    "!has(oldSelf.tables) || ((!has(oldSelf.tables.registry) || (has(self.tables) && has(self.tables.registry))) && (!has(oldSelf.tables.manifest) || (has(self.tables) && has(self.tables.manifest))))"
+).message("spec.tables.registry and spec.tables.manifest cannot be removed once set"))]
+#[serde(rename_all = "camelCase")]
+pub struct LakeClusterSpec {
+    /// Where data and the managed stage live: exactly one of `s3` or `local`.
+    pub storage: StorageSpec,
+    /// DynamoDB table names; each defaults to `<name>-registry` / `<name>-manifests`.
+    #[serde(default, skip_serializing_if = "TablesSpec::is_empty")]
+    pub tables: TablesSpec,
+    /// The IAM roles the query and metadata workloads run as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iam: Option<IamSpec>,
+    /// The read-only query workload.
+    pub query: QuerySpec,
+    /// The metadata workload: the single writer.
+    pub metadata: MetadataSpec,
+    /// Copy a lake v1 shared table into the split tables, then cut over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<MigrationSpec>,
+    /// What happens to the DynamoDB tables when the LakeCluster is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+    /// Stop every mutation (AWS and Kubernetes); deletion is still honoured.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new("has(self.s3) != has(self.local)")
+    .message("set exactly one of spec.storage.s3 or spec.storage.local"))]
+pub struct StorageSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3StorageSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<LocalStorageSpec>,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+pub struct S3StorageSpec {
+    #[schemars(length(min = 3, max = 63))]
+    pub bucket: String,
+    /// Key prefix inside the bucket; empty means the bucket root.
+    #[serde(default)]
+    pub prefix: String,
+    pub region: String,
+    /// An S3-compatible endpoint (e.g. an emulator or MinIO) instead of AWS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+pub struct LocalStorageSpec {
+    /// An absolute path inside the workloads' data volume.
+    pub path: String,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new("!has(self.registry) || !has(self.manifest) || self.registry != self.manifest")
+    .message("spec.tables.registry and spec.tables.manifest must name different tables"))]
+pub struct TablesSpec {
+    /// The catalog registry table (metadata only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = 255), regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.tables.registry is immutable once set"))]
+    pub registry: Option<String>,
+    /// The Lance manifest table (written by metadata, read by query).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = 255), regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.tables.manifest is immutable once set"))]
+    pub manifest: Option<String>,
+}
+
+impl TablesSpec {
+    fn is_empty(&self) -> bool {
+        self.registry.is_none() && self.manifest.is_none()
+    }
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IamSpec {
+    /// Role name or ARN for the query workload.
+    pub query_role: String,
+    /// Role name or ARN for the metadata workload.
+    pub metadata_role: String,
+    /// `false`: only report the policies in status; someone else attaches them.
+    #[serde(default = "default_true")]
+    pub manage: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+pub struct QuerySpec {
+    #[serde(default = "default_query_replicas")]
+    #[schemars(range(min = 1, max = 100))]
+    pub replicas: i32,
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceSpec>,
+}
+
+fn default_query_replicas() -> i32 {
+    2
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+pub struct MetadataSpec {
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+pub struct ServiceSpec {
+    #[serde(rename = "type", default)]
+    pub type_: ServiceType,
+    /// Annotations for the query Service (e.g. load-balancer settings).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationSpec {
+    /// The lake v1 shared table to copy from; it is never modified.
+    #[schemars(length(min = 3, max = 255), regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
+    pub source_table: String,
+    #[serde(default)]
+    pub approval: Approval,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Approval {
+    Automatic,
+    /// Copy and verify, then wait for a person to approve the cutover.
+    #[default]
+    Manual,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DeletionPolicy {
+    /// Leave the DynamoDB tables (and their data) when the LakeCluster is deleted.
+    #[default]
+    Retain,
+    /// Delete the tables behind a finalizer.
+    Delete,
+}

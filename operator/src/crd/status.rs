@@ -1,0 +1,104 @@
+//! `LakeCluster.status`: an API like the spec. Every condition carries `observedGeneration`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LakeClusterStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// PlanValid, TablesReady, PoliciesReady, WorkloadsReady, MigrationComplete, Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Endpoints>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<TablesStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policies: Option<PoliciesStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<MigrationStatus>,
+}
+
+/// A metav1.Condition-shaped condition.
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// "True", "False" or "Unknown".
+    pub status: String,
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+pub struct Endpoints {
+    /// Flight SQL endpoint for reads (and stage discovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Flight SQL endpoint for writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+pub struct TablesStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<TableStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<TableStatus>,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+pub struct TableStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arn: Option<String>,
+    /// True when the table existed before and was adopted rather than created.
+    #[serde(default)]
+    pub adopted: bool,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+pub struct PoliciesStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<PolicyStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<PolicyStatus>,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    pub role: String,
+    /// SHA-256 of the canonical policy document.
+    pub digest: String,
+    /// The IRSA trust-policy statement to put on the role, as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_policy: Option<String>,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationStatus {
+    /// Pending, Copying, Verifying, AwaitingApproval, CutOver, Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_table: Option<String>,
+    #[serde(default)]
+    pub copied_items: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_items: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

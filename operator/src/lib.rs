@@ -1,0 +1,9 @@
+//! lake-operator: turns a `LakeCluster` into provisioned tables, IAM policies and workloads.
+//!
+//! The pipeline is validate → plan → apply → status. `validate` and `render` are pure (they take no
+//! client), and back both reconcile and the offline `lake-operator render` dry-run.
+
+pub mod crd;
+pub mod render;
+pub mod strict;
+pub mod validate;

@@ -1,0 +1,117 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use kube::CustomResourceExt;
+use lake_operator::crd::{LakeCluster, crd_yaml};
+use lake_operator::{render, strict, validate};
+
+/// The lake operator: LakeCluster → DynamoDB tables, IAM policies, query and metadata workloads.
+#[derive(Parser)]
+#[command(name = "lake-operator", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the LakeCluster CustomResourceDefinition as YAML.
+    Crd,
+    /// Validate a LakeCluster file and print its plan, offline (no cluster, no AWS).
+    Render {
+        /// The LakeCluster manifest (YAML or JSON).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
+        output: Format,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Yaml,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd => match crd_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&format!("cannot serialise the CRD: {e}")),
+        },
+        Command::Render { file, output } => render_file(&file, output),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}
+
+fn render_file(file: &PathBuf, output: Format) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => return fail(&format!("cannot read {}: {e}", file.display())),
+    };
+    let value: serde_json::Value = match serde_yaml::from_str(&text) {
+        Ok(value) => value,
+        Err(e) => return fail(&format!("{} is not valid YAML: {e}", file.display())),
+    };
+    let (api_version, kind) = (value.get("apiVersion"), value.get("kind"));
+    if api_version.and_then(|v| v.as_str()) != Some("lake.dev/v1alpha1")
+        || kind.and_then(|v| v.as_str()) != Some("LakeCluster")
+    {
+        return fail(&format!(
+            "{}: expected apiVersion lake.dev/v1alpha1 and kind LakeCluster",
+            file.display()
+        ));
+    }
+    let crd = LakeCluster::crd();
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or_default();
+    let mut unknown = strict::unknown_fields(&value, &schema);
+    unknown.retain(|path| !path.starts_with("metadata.") && !path.starts_with("status"));
+    if !unknown.is_empty() {
+        for path in &unknown {
+            eprintln!("error: {path}: unknown field");
+        }
+        return ExitCode::FAILURE;
+    }
+    let cluster: LakeCluster = match serde_json::from_value(value) {
+        Ok(cluster) => cluster,
+        Err(e) => return fail(&format!("{}: {e}", file.display())),
+    };
+    let validated = match validate::validate(&cluster) {
+        Ok(validated) => validated,
+        Err(errors) => {
+            eprintln!("error: {} is not a valid LakeCluster:", file.display());
+            for error in errors.iter() {
+                eprintln!("  - {error}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let plan = render::render(&validated);
+    let printed = match output {
+        Format::Yaml => serde_yaml::to_string(&plan).map_err(|e| e.to_string()),
+        Format::Json => serde_json::to_string_pretty(&plan)
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string()),
+    };
+    match printed {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&format!("cannot serialise the plan: {e}")),
+    }
+}

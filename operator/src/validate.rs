@@ -1,0 +1,178 @@
+//! validate: a `LakeCluster` → a [`ValidatedCluster`], or every error in the spec. Pure: no client.
+
+use lake_common::plan::{
+    AuthorityPlan, AuthorityRequest, PlanError, PlanErrors, PlanFields, StorageRequest,
+};
+use serde::Serialize;
+
+use crate::crd::{Approval, DeletionPolicy, LakeCluster, ServiceType};
+
+/// The spec, checked and with every default filled in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidatedCluster {
+    pub name: String,
+    pub namespace: String,
+    /// The LakeCluster's uid, which markers carry; unknown until the API server assigns it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    pub authority: AuthorityPlan,
+    pub query: QueryWorkload,
+    pub metadata: MetadataWorkload,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iam: Option<IamRoles>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration: Option<Migration>,
+    pub deletion_policy: DeletionPolicy,
+    pub paused: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueryWorkload {
+    pub replicas: i32,
+    pub image: String,
+    pub service_type: ServiceType,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetadataWorkload {
+    pub image: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IamRoles {
+    pub query_role: String,
+    pub metadata_role: String,
+    pub manage: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Migration {
+    pub source_table: String,
+    pub approval: Approval,
+}
+
+/// The namespace a LakeCluster without one (e.g. a file given to `render`) is planned for.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
+    let spec = &cluster.spec;
+    let mut errors = Vec::new();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+
+    let storage = match (&spec.storage.s3, &spec.storage.local) {
+        (Some(s3), None) => Some(StorageRequest::S3 {
+            bucket: s3.bucket.clone(),
+            prefix: s3.prefix.clone(),
+            region: s3.region.clone(),
+            endpoint: s3.endpoint.clone(),
+        }),
+        (None, Some(local)) => Some(StorageRequest::Local {
+            path: local.path.clone(),
+        }),
+        (Some(_), Some(_)) => {
+            errors.push(PlanError::NotAllowed {
+                field: "spec.storage".into(),
+                reason: "set exactly one of spec.storage.s3 or spec.storage.local, not both".into(),
+            });
+            None
+        }
+        (None, None) => {
+            errors.push(PlanError::Missing {
+                field: "spec.storage".into(),
+                reason: "set exactly one of spec.storage.s3 or spec.storage.local".into(),
+            });
+            None
+        }
+    };
+
+    let authority = storage.and_then(|storage| {
+        let request = AuthorityRequest {
+            cluster_name: name.clone(),
+            storage,
+            registry_table: spec.tables.registry.clone(),
+            manifest_table: spec.tables.manifest.clone(),
+            legacy_table: spec.migration.as_ref().map(|m| m.source_table.clone()),
+            dynamodb_endpoint: None,
+        };
+        AuthorityPlan::new(&request, &PlanFields::SPEC)
+            .map_err(|e| errors.extend(e.0))
+            .ok()
+    });
+
+    if spec.query.replicas < 1 {
+        errors.push(PlanError::InvalidField {
+            field: "spec.query.replicas".into(),
+            value: spec.query.replicas.to_string(),
+            reason: "must be at least 1: a lake without a query replica serves no reads".into(),
+        });
+    }
+    for (field, image) in [
+        ("spec.query.image", &spec.query.image),
+        ("spec.metadata.image", &spec.metadata.image),
+    ] {
+        if image.trim().is_empty() {
+            errors.push(PlanError::Missing {
+                field: field.into(),
+                reason: "the container image the workload runs".into(),
+            });
+        }
+    }
+    if let Some(iam) = &spec.iam {
+        for (field, role) in [
+            ("spec.iam.queryRole", &iam.query_role),
+            ("spec.iam.metadataRole", &iam.metadata_role),
+        ] {
+            if role.trim().is_empty() {
+                errors.push(PlanError::Missing {
+                    field: field.into(),
+                    reason: "an IAM role name or ARN".into(),
+                });
+            }
+        }
+        if !iam.query_role.is_empty() && iam.query_role == iam.metadata_role {
+            errors.push(PlanError::InvalidField {
+                field: "spec.iam.queryRole".into(),
+                value: iam.query_role.clone(),
+                reason: "is also spec.iam.metadataRole; query must run as its own read-only role"
+                    .into(),
+            });
+        }
+    }
+
+    match authority {
+        Some(authority) if errors.is_empty() => Ok(ValidatedCluster {
+            name,
+            namespace: cluster
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
+            uid: cluster.metadata.uid.clone(),
+            authority,
+            query: QueryWorkload {
+                replicas: spec.query.replicas,
+                image: spec.query.image.clone(),
+                service_type: spec.query.service.as_ref().map(|s| s.type_).unwrap_or_default(),
+            },
+            metadata: MetadataWorkload {
+                image: spec.metadata.image.clone(),
+            },
+            iam: spec.iam.as_ref().map(|iam| IamRoles {
+                query_role: iam.query_role.clone(),
+                metadata_role: iam.metadata_role.clone(),
+                manage: iam.manage,
+            }),
+            migration: spec.migration.as_ref().map(|m| Migration {
+                source_table: m.source_table.clone(),
+                approval: m.approval,
+            }),
+            deletion_policy: spec.deletion_policy,
+            paused: spec.paused,
+        }),
+        _ => Err(PlanErrors(errors)),
+    }
+}

@@ -1,0 +1,5 @@
+//! lake-operator's integration tests: one test binary, one module per subject.
+
+mod cel;
+mod crd;
+mod render;

@@ -1,0 +1,107 @@
+//! `lake-operator render -f FILE`: the offline plan, and plan errors before any client exists.
+
+use lake_testkit::workspace_root;
+use std::process::{Command, Output};
+
+fn render(file: &str, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lake-operator"))
+        .args(["render", "-f", file])
+        .args(extra)
+        .current_dir(workspace_root())
+        // No cluster and no AWS are reachable: render must not need either.
+        .env("KUBECONFIG", "/nonexistent")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn cloud_sample_renders_separate_authorities_per_role() {
+    let out = render("config/samples/lakecluster-cloud.yaml", &["-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let query = &plan["roles"]["query"];
+    let metadata = &plan["roles"]["metadata"];
+    assert_eq!(query["connection"]["manifests"]["dynamo-db"]["table"], "analytics-manifests");
+    assert_eq!(query["connection"]["manifest_access"], "read-only");
+    assert_eq!(query["connection"]["provisioning"], "never");
+    assert_eq!(query["config"]["LAKE_MANIFEST_DYNAMODB_TABLE"], "analytics-manifests");
+    assert!(
+        !query.to_string().contains("analytics-registry"),
+        "the query role must not see the registry: {query}"
+    );
+    assert_eq!(metadata["connection"]["registry"]["dynamo-db"]["table"], "analytics-registry");
+    assert_eq!(metadata["config"]["LAKE_REGISTRY_DYNAMODB_TABLE"], "analytics-registry");
+    assert_eq!(query["endpoint"], "grpc://analytics-query.data.svc:8815");
+    assert_eq!(query["config"]["LAKE_METADATA_ENDPOINT"], "grpc://analytics-metadata.data.svc:8816");
+    assert_eq!(plan["cluster"]["authority"]["warehouse"], "s3://acme-lake/analytics");
+}
+
+#[test]
+fn local_sample_renders_embedded_stores() {
+    let out = render("config/samples/lakecluster-local.yaml", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let yaml = text(&out.stdout);
+    assert!(yaml.contains("/var/lib/lake/_lake/registry.redb"), "{yaml}");
+    assert!(yaml.contains("/var/lib/lake/_lake/manifests.redb"), "{yaml}");
+}
+
+#[test]
+fn aliased_tables_are_rejected_naming_both_fields() {
+    let out = render("operator/tests/fixtures/aliased-tables.yaml", &[]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "no plan is printed for an invalid spec");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("spec.tables.registry") && stderr.contains("spec.tables.manifest"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("analytics-shared"), "{stderr}");
+}
+
+#[test]
+fn every_error_is_reported_in_one_pass() {
+    let out = render("operator/tests/fixtures/many-errors.yaml", &[]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    for field in [
+        "spec.storage.s3.bucket",
+        "spec.tables.registry",
+        "spec.query.replicas",
+        "spec.metadata.image",
+    ] {
+        assert!(stderr.contains(field), "{field} missing from:\n{stderr}");
+    }
+}
+
+#[test]
+fn unknown_fields_are_rejected() {
+    let out = render("operator/tests/fixtures/typo.yaml", &[]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("spec.tabels: unknown field"), "{stderr}");
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let out = render("does/not/exist.yaml", &[]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("cannot read does/not/exist.yaml"));
+}
+
+#[test]
+fn crd_subcommand_prints_the_checked_in_crd() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lake-operator"))
+        .arg("crd")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let checked_in = std::fs::read(workspace_root().join("crds/lakecluster.yaml")).unwrap();
+    assert!(out.stdout == checked_in, "`lake-operator crd` differs from crds/lakecluster.yaml");
+}

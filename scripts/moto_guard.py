@@ -1,0 +1,23 @@
+"""Runs one moto server for one test process, and stops it when that process goes away.
+
+Started by lake-testkit with a pipe on stdin: prints "PORT <n>" once the server listens on a free
+loopback port, then blocks on stdin. When the test process exits (however it exits), the pipe
+closes, stdin reaches EOF, and the server stops; no server outlives the tests that needed it.
+"""
+
+import sys
+
+from moto.server import ThreadedMotoServer
+
+
+def main() -> None:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    print(f"PORT {port}", flush=True)
+    sys.stdin.read()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+//! Test support shared by lake's test binaries: where the repository and the test tools are, and
+//! one AWS emulator (moto server) per test binary.
+//!
+//! Tools are installed by `scripts/bootstrap` (run by `scripts/test`) into `$LAKE_CACHE`. A test
+//! whose tool is missing fails with a message saying how to install it; it never skips.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The workspace root (the clone).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// The Python venv with the test peers: `$LAKE_VENV`, else `$LAKE_CACHE/venv`, else
+/// `~/.cache/lake/venv` (the defaults of `scripts/env.sh`).
+pub fn venv() -> PathBuf {
+    if let Some(v) = std::env::var_os("LAKE_VENV") {
+        return v.into();
+    }
+    let cache = std::env::var_os("LAKE_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+            .expect("HOME or XDG_CACHE_HOME is set");
+        base.join("lake")
+    });
+    cache.join("venv")
+}
+
+/// A program from the test venv (`python`, `kubernetes-validate`, …). Panics with install
+/// instructions when it is missing.
+pub fn venv_tool(name: &str) -> PathBuf {
+    let path = venv().join("bin").join(name);
+    assert!(
+        path.exists(),
+        "test tool {name:?} not found at {}: run scripts/bootstrap (or scripts/test, which runs it) \
+         to install the test tools into the cache, or point LAKE_VENV at a venv made from \
+         scripts/requirements.txt",
+        path.display()
+    );
+    path
+}
+
+/// Runs `venv python` with `args` and returns (status success, stdout, stderr).
+pub fn python(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(venv_tool("python"))
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .expect("the venv python starts");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A running moto server, shared by every test in this test binary.
+pub struct Moto {
+    endpoint: String,
+    port: u16,
+    // Held, never read: while this process lives, the pipe stays open and moto keeps running.
+    // When the process exits the pipe closes and `scripts/moto_guard.py` stops the server.
+    _guard: Mutex<(Child, ChildStdin)>,
+}
+
+impl Moto {
+    /// `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The region tests use against the emulator.
+    pub const REGION: &'static str = "us-east-1";
+}
+
+static MOTO: OnceLock<Moto> = OnceLock::new();
+
+/// The test binary's moto server, started on first use on a free loopback port. Panics (failing
+/// the test loudly) if it cannot start.
+pub fn moto() -> &'static Moto {
+    MOTO.get_or_init(start_moto)
+}
+
+fn start_moto() -> Moto {
+    let script = workspace_root().join("scripts/moto_guard.py");
+    let mut child = Command::new(venv_tool("python"))
+        .arg(&script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start the moto server ({}): {e}", script.display()));
+    let stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read moto's port");
+    let port: u16 = line
+        .trim()
+        .strip_prefix("PORT ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| {
+            let status = child.try_wait().ok().flatten();
+            panic!(
+                "the moto server did not start (said {line:?}, exit {status:?}); is moto[server] \
+                 installed in the venv? run scripts/bootstrap"
+            )
+        });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "moto announced port {port} but does not accept connections after 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Moto {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        port,
+        _guard: Mutex::new((child, stdin)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn get(port: u16, path: &str) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    }
+
+    #[test]
+    fn moto_starts_once_per_binary_and_answers() {
+        let first = moto();
+        let second = moto();
+        assert!(std::ptr::eq(first, second), "one server per test binary");
+        let response = get(first.port(), "/moto-api/");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+
+    #[test]
+    fn missing_tool_fails_with_install_hint() {
+        let err = std::panic::catch_unwind(|| venv_tool("no-such-tool-here")).unwrap_err();
+        let msg = err.downcast_ref::<String>().unwrap();
+        assert!(msg.contains("scripts/bootstrap"), "{msg}");
+    }
+}

@@ -165,7 +165,11 @@ impl RuntimeConfig {
         let role = match get(LAKE_ROLE).map(str::parse::<Role>) {
             Some(Ok(role)) => Some(role),
             Some(Err(reason)) => {
-                errors.push(invalid(LAKE_ROLE, get(LAKE_ROLE).unwrap_or_default(), &reason));
+                errors.push(invalid(
+                    LAKE_ROLE,
+                    get(LAKE_ROLE).unwrap_or_default(),
+                    &reason,
+                ));
                 None
             }
             None => {
@@ -176,7 +180,10 @@ impl RuntimeConfig {
 
         let warehouse = match get(LAKE_WAREHOUSE) {
             None => {
-                errors.push(missing(LAKE_WAREHOUSE, "an s3://bucket/prefix URL or a local path"));
+                errors.push(missing(
+                    LAKE_WAREHOUSE,
+                    "an s3://bucket/prefix URL or a local path",
+                ));
                 None
             }
             Some(w) => storage::validate(
@@ -201,18 +208,36 @@ impl RuntimeConfig {
         let mut stores = None;
         match local_dir {
             None if wants_s3 => {
-                let manifest = table(manifest_name, LAKE_MANIFEST_DYNAMODB_TABLE, ManifestTableName::parse, &mut errors);
+                let manifest = table(
+                    manifest_name,
+                    LAKE_MANIFEST_DYNAMODB_TABLE,
+                    ManifestTableName::parse,
+                    &mut errors,
+                );
                 let registry = match role {
-                    Some(Role::Metadata) => table(registry_name, LAKE_REGISTRY_DYNAMODB_TABLE, RegistryTableName::parse, &mut errors),
+                    Some(Role::Metadata) => table(
+                        registry_name,
+                        LAKE_REGISTRY_DYNAMODB_TABLE,
+                        RegistryTableName::parse,
+                        &mut errors,
+                    ),
                     _ => None,
                 };
-                if let (Some(r), Some(m)) = (&registry, &manifest) {
-                    if let Err(e) = check_distinct(r, m, LAKE_REGISTRY_DYNAMODB_TABLE, LAKE_MANIFEST_DYNAMODB_TABLE) {
-                        errors.push(e);
-                    }
+                if let (Some(r), Some(m)) = (&registry, &manifest)
+                    && let Err(e) = check_distinct(
+                        r,
+                        m,
+                        LAKE_REGISTRY_DYNAMODB_TABLE,
+                        LAKE_MANIFEST_DYNAMODB_TABLE,
+                    )
+                {
+                    errors.push(e);
                 }
                 if get(LAKE_CLUSTER_ID).is_none() {
-                    errors.push(missing(LAKE_CLUSTER_ID, "the manifest table's marker must name this cluster"));
+                    errors.push(missing(
+                        LAKE_CLUSTER_ID,
+                        "the manifest table's marker must name this cluster",
+                    ));
                 }
                 stores = manifest.map(|table| {
                     (
@@ -235,8 +260,12 @@ impl RuntimeConfig {
                 }
                 let meta = path.join(LOCAL_META_DIR);
                 stores = Some((
-                    Some(RegistryStore::Embedded { file: meta.join(LOCAL_REGISTRY_FILE) }),
-                    ManifestStore::Embedded { file: meta.join(LOCAL_MANIFEST_FILE) },
+                    Some(RegistryStore::Embedded {
+                        file: meta.join(LOCAL_REGISTRY_FILE),
+                    }),
+                    ManifestStore::Embedded {
+                        file: meta.join(LOCAL_MANIFEST_FILE),
+                    },
                 ));
             }
             None => {}
@@ -246,7 +275,13 @@ impl RuntimeConfig {
             None => role.map(|r| SocketAddr::from(([0, 0, 0, 0], default_port(r)))),
             Some(a) => a
                 .parse()
-                .map_err(|_| errors.push(invalid(LAKE_FLIGHT_ADDR, a, "must be an address such as 0.0.0.0:8815")))
+                .map_err(|_| {
+                    errors.push(invalid(
+                        LAKE_FLIGHT_ADDR,
+                        a,
+                        "must be an address such as 0.0.0.0:8815",
+                    ))
+                })
                 .ok(),
         };
 
@@ -272,13 +307,18 @@ impl RuntimeConfig {
         };
         let stage = get(LAKE_STAGE).map_or_else(|| join(&root, STAGE_DIR), str::to_owned);
         let plan = match (role, registry) {
-            (Role::Query, _) => RolePlan::Query(QueryConnectionPlan::new(root, stage, manifests, aws)),
+            (Role::Query, _) => {
+                RolePlan::Query(QueryConnectionPlan::new(root, stage, manifests, aws))
+            }
             (Role::Metadata, Some(registry)) => RolePlan::Metadata(MetadataConnectionPlan::new(
                 root, stage, registry, manifests, aws,
             )),
             // Unreachable in practice: a metadata role without a registry pushed an error above.
             (Role::Metadata, None) => {
-                return Err(PlanErrors(vec![missing(LAKE_REGISTRY_DYNAMODB_TABLE, "the metadata role needs the registry table")]));
+                return Err(PlanErrors(vec![missing(
+                    LAKE_REGISTRY_DYNAMODB_TABLE,
+                    "the metadata role needs the registry table",
+                )]));
             }
         };
         Ok(ParsedConfig {
@@ -381,7 +421,13 @@ mod tests {
     fn rendered_config_round_trips_for_both_roles() {
         let plan = cloud_plan();
         for role in [Role::Query, Role::Metadata] {
-            let config = RuntimeConfig::for_role(&plan, role, Some("uid-1".into()), addr(), Some("grpc://metadata:8816".into()));
+            let config = RuntimeConfig::for_role(
+                &plan,
+                role,
+                Some("uid-1".into()),
+                addr(),
+                Some("grpc://metadata:8816".into()),
+            );
             let parsed = RuntimeConfig::from_vars(config.to_vars()).unwrap();
             assert_eq!(parsed.config, config);
             assert!(parsed.unknown.is_empty());
@@ -391,14 +437,22 @@ mod tests {
     #[test]
     fn query_config_never_names_the_registry() {
         let plan = cloud_plan();
-        let vars = RuntimeConfig::for_role(&plan, Role::Query, Some("uid-1".into()), addr(), None).to_vars();
+        let vars = RuntimeConfig::for_role(&plan, Role::Query, Some("uid-1".into()), addr(), None)
+            .to_vars();
         assert!(!vars.contains_key(LAKE_REGISTRY_DYNAMODB_TABLE));
-        assert!(vars.values().all(|v| !v.contains("analytics-registry")), "{vars:?}");
+        assert!(
+            vars.values().all(|v| !v.contains("analytics-registry")),
+            "{vars:?}"
+        );
         assert_eq!(vars[LAKE_MANIFEST_DYNAMODB_TABLE], "analytics-manifests");
 
         // And a query process handed the registry refuses to start.
-        let mut vars: Vec<(String, String)> = vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-        vars.push((LAKE_REGISTRY_DYNAMODB_TABLE.into(), "analytics-registry".into()));
+        let mut vars: Vec<(String, String)> =
+            vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        vars.push((
+            LAKE_REGISTRY_DYNAMODB_TABLE.into(),
+            "analytics-registry".into(),
+        ));
         let errs = RuntimeConfig::from_vars(vars).unwrap_err();
         assert_eq!(errs.0[0].fields(), [LAKE_REGISTRY_DYNAMODB_TABLE]);
     }
@@ -456,7 +510,14 @@ mod tests {
         let fields: Vec<&str> = errs.iter().flat_map(|e| e.fields()).collect();
         assert_eq!(
             fields,
-            [LAKE_ROLE, LAKE_WAREHOUSE, LAKE_AWS_REGION, LAKE_MANIFEST_DYNAMODB_TABLE, LAKE_CLUSTER_ID, LAKE_FLIGHT_ADDR]
+            [
+                LAKE_ROLE,
+                LAKE_WAREHOUSE,
+                LAKE_AWS_REGION,
+                LAKE_MANIFEST_DYNAMODB_TABLE,
+                LAKE_CLUSTER_ID,
+                LAKE_FLIGHT_ADDR
+            ]
         );
     }
 }

@@ -240,10 +240,14 @@ mod tests {
     #[test]
     fn marker_checks_name_table_and_marker() {
         let registry = Marker::new(Authority::Registry, "uid-1");
-        let err = Marker::check(Some(&registry), "t-reg", Authority::Manifests, "uid-1").unwrap_err();
+        let err =
+            Marker::check(Some(&registry), "t-reg", Authority::Manifests, "uid-1").unwrap_err();
         assert!(matches!(err, MarkerError::WrongAuthority { .. }));
         let msg = err.to_string();
-        assert!(msg.contains("t-reg") && msg.contains("lake-registry/v1"), "{msg}");
+        assert!(
+            msg.contains("t-reg") && msg.contains("lake-registry/v1"),
+            "{msg}"
+        );
 
         let other = Marker::new(Authority::Manifests, "uid-2");
         let err = Marker::check(Some(&other), "t-man", Authority::Manifests, "uid-1").unwrap_err();
@@ -262,6 +266,9 @@ mod tests {
             Err(MarkerError::Missing { .. })
         ));
         let ok = Marker::new(Authority::Manifests, "uid-1");
-        assert_eq!(Marker::check(Some(&ok), "t", Authority::Manifests, "uid-1"), Ok(()));
+        assert_eq!(
+            Marker::check(Some(&ok), "t", Authority::Manifests, "uid-1"),
+            Ok(())
+        );
     }
 }

@@ -71,15 +71,7 @@ fn render_file(file: &PathBuf, output: Format) -> ExitCode {
             file.display()
         ));
     }
-    let crd = LakeCluster::crd();
-    let schema = crd.spec.versions[0]
-        .schema
-        .as_ref()
-        .and_then(|s| s.open_api_v3_schema.as_ref())
-        .and_then(|s| serde_json::to_value(s).ok())
-        .unwrap_or_default();
-    let mut unknown = strict::unknown_fields(&value, &schema);
-    unknown.retain(|path| !path.starts_with("metadata.") && !path.starts_with("status"));
+    let unknown = spec_unknown_fields(&value);
     if !unknown.is_empty() {
         for path in &unknown {
             eprintln!("error: {path}: unknown field");
@@ -114,4 +106,23 @@ fn render_file(file: &PathBuf, output: Format) -> ExitCode {
         }
         Err(e) => fail(&format!("cannot serialise the plan: {e}")),
     }
+}
+
+/// Fields under `spec` that the CRD's schema does not know (apiVersion, kind and metadata are
+/// implicit in a CRD schema; status is the operator's).
+fn spec_unknown_fields(value: &serde_json::Value) -> Vec<String> {
+    let crd = LakeCluster::crd();
+    let spec_schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| s.properties.as_ref())
+        .and_then(|p| p.get("spec"))
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or_default();
+    let spec = value.get("spec").cloned().unwrap_or_default();
+    strict::unknown_fields(&spec, &spec_schema)
+        .into_iter()
+        .map(|path| format!("spec.{path}"))
+        .collect()
 }

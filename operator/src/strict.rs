@@ -28,9 +28,12 @@ fn walk(value: &Value, schema: &Value, path: &str, found: &mut Vec<String>) {
                 };
                 match (properties.and_then(|p| p.get(key)), additional) {
                     (Some(child_schema), _) => walk(child, child_schema, &child_path, found),
-                    (None, Some(Value::Object(_))) => {
-                        walk(child, additional.unwrap_or(&Value::Null), &child_path, found)
-                    }
+                    (None, Some(Value::Object(_))) => walk(
+                        child,
+                        additional.unwrap_or(&Value::Null),
+                        &child_path,
+                        found,
+                    ),
                     (None, Some(Value::Bool(true))) => {}
                     (None, _) if properties.is_some() => found.push(child_path),
                     // A schema that does not describe an object's fields (e.g. int-or-string).

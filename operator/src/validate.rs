@@ -156,7 +156,12 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             query: QueryWorkload {
                 replicas: spec.query.replicas,
                 image: spec.query.image.clone(),
-                service_type: spec.query.service.as_ref().map(|s| s.type_).unwrap_or_default(),
+                service_type: spec
+                    .query
+                    .service
+                    .as_ref()
+                    .map(|s| s.type_)
+                    .unwrap_or_default(),
             },
             metadata: MetadataWorkload {
                 image: spec.metadata.image.clone(),

@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 use lake_common::config::RuntimeConfig;
 
 #[derive(Parser)]
-#[command(name = "lake", version, about = "The lake runtime: Arrow Flight SQL over Lance")]
+#[command(
+    name = "lake",
+    version,
+    about = "The lake runtime: Arrow Flight SQL over Lance"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -25,13 +25,15 @@ pub fn venv() -> PathBuf {
     if let Some(v) = std::env::var_os("LAKE_VENV") {
         return v.into();
     }
-    let cache = std::env::var_os("LAKE_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-            .expect("HOME or XDG_CACHE_HOME is set");
-        base.join("lake")
-    });
+    let cache = std::env::var_os("LAKE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let base = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+                .expect("HOME or XDG_CACHE_HOME is set");
+            base.join("lake")
+        });
     cache.join("venv")
 }
 

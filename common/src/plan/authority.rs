@@ -150,10 +150,10 @@ impl AuthorityPlan {
                     ManifestTableName::parse,
                     &mut errors,
                 );
-                if let (Some(r), Some(m)) = (&registry, &manifest) {
-                    if let Err(e) = check_distinct(r, m, fields.registry, fields.manifest) {
-                        errors.push(e);
-                    }
+                if let (Some(r), Some(m)) = (&registry, &manifest)
+                    && let Err(e) = check_distinct(r, m, fields.registry, fields.manifest)
+                {
+                    errors.push(e);
                 }
                 if let Some(legacy) = &legacy {
                     let targets = [
@@ -320,7 +320,9 @@ mod tests {
         // A default can alias an explicit name too: cluster "analytics" defaults its registry to
         // "analytics-registry".
         let errs = errors(&cloud(None, Some("analytics-registry")));
-        assert!(matches!(&errs[..], [PlanError::SameTable { table, .. }] if table == "analytics-registry"));
+        assert!(
+            matches!(&errs[..], [PlanError::SameTable { table, .. }] if table == "analytics-registry")
+        );
     }
 
     #[test]
@@ -362,8 +364,15 @@ mod tests {
         let errs = errors(&long);
         // 250 + "-registry" is 259 characters and 250 + "-manifests" is 260: both over 255.
         assert_eq!(errs.len(), 2, "{errs:?}");
-        assert!(errs.iter().all(|e| matches!(e, PlanError::DerivedTableName { .. })));
-        assert!(errs[0].to_string().contains("set spec.tables.registry explicitly"));
+        assert!(
+            errs.iter()
+                .all(|e| matches!(e, PlanError::DerivedTableName { .. }))
+        );
+        assert!(
+            errs[0]
+                .to_string()
+                .contains("set spec.tables.registry explicitly")
+        );
 
         // Explicit names make the long cluster name fine.
         long.registry_table = Some("r-table".into());
@@ -402,11 +411,20 @@ mod tests {
         };
         let fields: Vec<String> = errors(&request)
             .iter()
-            .flat_map(|e| e.fields().into_iter().map(str::to_owned).collect::<Vec<_>>())
+            .flat_map(|e| {
+                e.fields()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
             .collect();
         assert_eq!(
             fields,
-            ["spec.storage.s3.bucket", "spec.tables.registry", "spec.tables.manifest"]
+            [
+                "spec.storage.s3.bucket",
+                "spec.tables.registry",
+                "spec.tables.manifest"
+            ]
         );
     }
 

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{ManifestTableName, RegistryTableName};
 
 /// The two roles of the `lake` runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Query,
@@ -39,7 +39,9 @@ impl std::str::FromStr for Role {
         match s {
             "query" => Ok(Role::Query),
             "metadata" => Ok(Role::Metadata),
-            other => Err(format!("{other:?} is not a role; expected query or metadata")),
+            other => Err(format!(
+                "{other:?} is not a role; expected query or metadata"
+            )),
         }
     }
 }

@@ -225,7 +225,11 @@ mod tests {
     #[test]
     fn s3_location_is_normalised() {
         let mut errors = vec![];
-        let storage = validate(&s3("acme-lake", "/analytics/", "eu-west-1", None), &F, &mut errors);
+        let storage = validate(
+            &s3("acme-lake", "/analytics/", "eu-west-1", None),
+            &F,
+            &mut errors,
+        );
         let Some(Storage::S3(loc)) = storage else {
             panic!("{errors:?}")
         };
@@ -247,9 +251,17 @@ mod tests {
             fields_in_error(&bad),
             ["bucket", "prefix", "region", "endpoint"]
         );
-        assert_eq!(fields_in_error(&s3("ab", "", "us-east-1", None)), ["bucket"]);
         assert_eq!(
-            fields_in_error(&s3("abc", "x/../y", "us-east-1", Some("http://127.0.0.1:5000"))),
+            fields_in_error(&s3("ab", "", "us-east-1", None)),
+            ["bucket"]
+        );
+        assert_eq!(
+            fields_in_error(&s3(
+                "abc",
+                "x/../y",
+                "us-east-1",
+                Some("http://127.0.0.1:5000")
+            )),
             ["prefix"]
         );
     }

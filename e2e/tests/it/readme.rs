@@ -33,13 +33,22 @@ fn readme_main_job_command_runs() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("roles:") && stdout.contains("query:"), "{stdout}");
+    assert!(
+        stdout.contains("roles:") && stdout.contains("query:"),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn readme_names_the_test_command() {
     let text = readme();
-    assert!(text.contains("\nscripts/test\n"), "README.md must show the test command scripts/test");
+    assert!(
+        text.contains("\nscripts/test\n"),
+        "README.md must show the test command scripts/test"
+    );
     let ci = std::fs::read_to_string(workspace_root().join(".ci/run")).unwrap();
-    assert!(ci.contains("scripts/test"), ".ci/run must call scripts/test");
+    assert!(
+        ci.contains("scripts/test"),
+        ".ci/run must call scripts/test"
+    );
 }

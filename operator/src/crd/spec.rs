@@ -1,7 +1,11 @@
 //! `LakeCluster.spec`: the resource users write. Field names are public API: extend, never rename.
 
+// kube's `printcolumn(...)` repeats the same keys once per column by design.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -9,16 +13,18 @@ use super::status::LakeClusterStatus;
 
 /// A whole data lake: two DynamoDB tables (catalog registry, Lance manifests), least-privilege
 /// IAM for two workload roles, and the query and metadata workloads over one storage location.
-#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
 #[kube(
     group = "lake.dev",
     version = "v1alpha1",
     kind = "LakeCluster",
     plural = "lakeclusters",
+    doc = "A least-privilege data lake: tables, IAM policies and Flight SQL workloads from one resource.",
     shortname = "lake",
     namespaced,
     status = "LakeClusterStatus",
     derive = "PartialEq",
+    derive = "Default",
     cel,
     printcolumn(
         name = "Ready",
@@ -30,7 +36,11 @@ use super::status::LakeClusterStatus;
         type_ = "string",
         json_path = ".status.endpoints.query"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new(
     "!has(oldSelf.tables) || ((!has(oldSelf.tables.registry) || (has(self.tables) && has(self.tables.registry))) && (!has(oldSelf.tables.manifest) || (has(self.tables) && has(self.tables.manifest))))"
@@ -143,7 +153,18 @@ fn default_query_replicas() -> i32 {
     2
 }
 
-#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+impl Default for QuerySpec {
+    fn default() -> Self {
+        Self {
+            replicas: default_query_replicas(),
+            image: String::new(),
+            resources: None,
+            service: None,
+        }
+    }
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
 pub struct MetadataSpec {
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,7 +180,7 @@ pub struct ServiceSpec {
     pub annotations: BTreeMap<String, String>,
 }
 
-#[derive(KubeSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ServiceType {
     #[default]
     ClusterIP,
@@ -177,7 +198,7 @@ pub struct MigrationSpec {
     pub approval: Approval,
 }
 
-#[derive(KubeSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Approval {
     Automatic,
     /// Copy and verify, then wait for a person to approve the cutover.
@@ -185,7 +206,7 @@ pub enum Approval {
     Manual,
 }
 
-#[derive(KubeSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum DeletionPolicy {
     /// Leave the DynamoDB tables (and their data) when the LakeCluster is deleted.
     #[default]

@@ -24,13 +24,17 @@ fn spec(tables: serde_json::Value) -> serde_json::Value {
 
 #[test]
 fn valid_cluster_passes() {
-    let c = cluster(spec(serde_json::json!({"registry": "r-t", "manifest": "m-t"})));
+    let c = cluster(spec(
+        serde_json::json!({"registry": "r-t", "manifest": "m-t"}),
+    ));
     c.validate_cel().unwrap();
 }
 
 #[test]
 fn same_table_twice_is_rejected() {
-    let c = cluster(spec(serde_json::json!({"registry": "same", "manifest": "same"})));
+    let c = cluster(spec(
+        serde_json::json!({"registry": "same", "manifest": "same"}),
+    ));
     let err = c.validate_cel().unwrap_err().to_string();
     assert!(err.contains("must name different tables"), "{err}");
 }
@@ -38,17 +42,25 @@ fn same_table_twice_is_rejected() {
 #[test]
 fn storage_needs_exactly_one_backend() {
     let mut s = spec(serde_json::json!({}));
-    s["storage"] = serde_json::json!({"s3": {"bucket": "b-1", "region": "r"}, "local": {"path": "/x"}});
+    s["storage"] =
+        serde_json::json!({"s3": {"bucket": "b-1", "region": "r"}, "local": {"path": "/x"}});
     let err = cluster(s.clone()).validate_cel().unwrap_err().to_string();
-    assert!(err.contains("exactly one of spec.storage.s3 or spec.storage.local"), "{err}");
+    assert!(
+        err.contains("exactly one of spec.storage.s3 or spec.storage.local"),
+        "{err}"
+    );
     s["storage"] = serde_json::json!({});
     assert!(cluster(s).validate_cel().is_err());
 }
 
 #[test]
 fn table_names_are_immutable_once_set() {
-    let old = cluster(spec(serde_json::json!({"registry": "r-t", "manifest": "m-t"})));
-    let renamed = cluster(spec(serde_json::json!({"registry": "r-t", "manifest": "m-2"})));
+    let old = cluster(spec(
+        serde_json::json!({"registry": "r-t", "manifest": "m-t"}),
+    ));
+    let renamed = cluster(spec(
+        serde_json::json!({"registry": "r-t", "manifest": "m-2"}),
+    ));
     let err = renamed.validate_cel_update(&old).unwrap_err().to_string();
     assert!(err.contains("spec.tables.manifest is immutable"), "{err}");
 

@@ -1,5 +1,6 @@
 //! lake-operator's integration tests: one test binary, one module per subject.
 
+mod api;
 mod cel;
 mod crd;
 mod render;

@@ -28,19 +28,37 @@ fn cloud_sample_renders_separate_authorities_per_role() {
 
     let query = &plan["roles"]["query"];
     let metadata = &plan["roles"]["metadata"];
-    assert_eq!(query["connection"]["manifests"]["dynamo-db"]["table"], "analytics-manifests");
+    assert_eq!(
+        query["connection"]["manifests"]["dynamo-db"]["table"],
+        "analytics-manifests"
+    );
     assert_eq!(query["connection"]["manifest_access"], "read-only");
     assert_eq!(query["connection"]["provisioning"], "never");
-    assert_eq!(query["config"]["LAKE_MANIFEST_DYNAMODB_TABLE"], "analytics-manifests");
+    assert_eq!(
+        query["config"]["LAKE_MANIFEST_DYNAMODB_TABLE"],
+        "analytics-manifests"
+    );
     assert!(
         !query.to_string().contains("analytics-registry"),
         "the query role must not see the registry: {query}"
     );
-    assert_eq!(metadata["connection"]["registry"]["dynamo-db"]["table"], "analytics-registry");
-    assert_eq!(metadata["config"]["LAKE_REGISTRY_DYNAMODB_TABLE"], "analytics-registry");
+    assert_eq!(
+        metadata["connection"]["registry"]["dynamo-db"]["table"],
+        "analytics-registry"
+    );
+    assert_eq!(
+        metadata["config"]["LAKE_REGISTRY_DYNAMODB_TABLE"],
+        "analytics-registry"
+    );
     assert_eq!(query["endpoint"], "grpc://analytics-query.data.svc:8815");
-    assert_eq!(query["config"]["LAKE_METADATA_ENDPOINT"], "grpc://analytics-metadata.data.svc:8816");
-    assert_eq!(plan["cluster"]["authority"]["warehouse"], "s3://acme-lake/analytics");
+    assert_eq!(
+        query["config"]["LAKE_METADATA_ENDPOINT"],
+        "grpc://analytics-metadata.data.svc:8816"
+    );
+    assert_eq!(
+        plan["cluster"]["authority"]["warehouse"],
+        "s3://acme-lake/analytics"
+    );
 }
 
 #[test]
@@ -49,14 +67,20 @@ fn local_sample_renders_embedded_stores() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let yaml = text(&out.stdout);
     assert!(yaml.contains("/var/lib/lake/_lake/registry.redb"), "{yaml}");
-    assert!(yaml.contains("/var/lib/lake/_lake/manifests.redb"), "{yaml}");
+    assert!(
+        yaml.contains("/var/lib/lake/_lake/manifests.redb"),
+        "{yaml}"
+    );
 }
 
 #[test]
 fn aliased_tables_are_rejected_naming_both_fields() {
     let out = render("operator/tests/fixtures/aliased-tables.yaml", &[]);
     assert!(!out.status.success());
-    assert!(out.stdout.is_empty(), "no plan is printed for an invalid spec");
+    assert!(
+        out.stdout.is_empty(),
+        "no plan is printed for an invalid spec"
+    );
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("spec.tables.registry") && stderr.contains("spec.tables.manifest"),
@@ -103,5 +127,8 @@ fn crd_subcommand_prints_the_checked_in_crd() {
         .unwrap();
     assert!(out.status.success());
     let checked_in = std::fs::read(workspace_root().join("crds/lakecluster.yaml")).unwrap();
-    assert!(out.stdout == checked_in, "`lake-operator crd` differs from crds/lakecluster.yaml");
+    assert!(
+        out.stdout == checked_in,
+        "`lake-operator crd` differs from crds/lakecluster.yaml"
+    );
 }

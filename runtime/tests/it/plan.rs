@@ -20,11 +20,18 @@ fn query_process_plans_manifests_only() {
         ("LAKE_MANIFEST_DYNAMODB_TABLE", "analytics-manifests"),
         ("LAKE_CLUSTER_ID", "uid-1"),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(plan["plan"]["role"], "query");
     assert_eq!(plan["plan"]["manifest_access"], "read-only");
-    assert_eq!(plan["plan"]["manifests"]["dynamo-db"]["table"], "analytics-manifests");
+    assert_eq!(
+        plan["plan"]["manifests"]["dynamo-db"]["table"],
+        "analytics-manifests"
+    );
     assert!(!plan.to_string().contains("registry"), "{plan}");
 }
 
@@ -41,7 +48,8 @@ fn aliased_tables_stop_the_process_before_it_connects() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("LAKE_REGISTRY_DYNAMODB_TABLE") && stderr.contains("LAKE_MANIFEST_DYNAMODB_TABLE"),
+        stderr.contains("LAKE_REGISTRY_DYNAMODB_TABLE")
+            && stderr.contains("LAKE_MANIFEST_DYNAMODB_TABLE"),
         "{stderr}"
     );
 }

@@ -86,6 +86,42 @@ impl Moto {
 
     /// The region tests use against the emulator.
     pub const REGION: &'static str = "us-east-1";
+
+    /// Creates an S3 bucket (moto accepts unsigned requests while IAM enforcement is off).
+    pub fn create_bucket(&self, bucket: &str) {
+        let response = http(self.port, "PUT", &format!("/{bucket}"));
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "creating bucket {bucket} failed: {response}"
+        );
+    }
+}
+
+/// A name no other test of this run uses: `<prefix>-<pid>-<n>` (lowercase, bucket-safe).
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One plain HTTP/1.1 request to the emulator; returns the whole response.
+pub fn http(port: u16, method: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to moto");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send the request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("read the response");
+    response
 }
 
 static MOTO: OnceLock<Moto> = OnceLock::new();
@@ -140,27 +176,23 @@ fn start_moto() -> Moto {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
-
-    fn get(port: u16, path: &str) -> String {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        response
-    }
 
     #[test]
     fn moto_starts_once_per_binary_and_answers() {
         let first = moto();
         let second = moto();
         assert!(std::ptr::eq(first, second), "one server per test binary");
-        let response = get(first.port(), "/moto-api/");
+        let response = http(first.port(), "GET", "/moto-api/");
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+
+    #[test]
+    fn buckets_can_be_created_and_names_are_unique() {
+        let bucket = unique("tk");
+        assert_ne!(bucket, unique("tk"));
+        moto().create_bucket(&bucket);
+        let listing = http(moto().port(), "GET", &format!("/{bucket}"));
+        assert!(listing.starts_with("HTTP/1.1 200"), "{listing}");
     }
 
     #[test]

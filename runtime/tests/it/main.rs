@@ -1,3 +1,11 @@
-//! lake-runtime's integration tests: one test binary, one module per subject.
+//! lake-runtime's integration tests: one test binary, one module per subject. Cloud tests run
+//! against the binary's moto server; Lance interoperability against pylance.
 
+mod support;
+
+mod concurrency;
+mod contexts;
+mod interop;
+mod manifest;
 mod plan;
+mod store;

@@ -1,0 +1,262 @@
+//! The catalog registry: namespaces and tables over the MetaStore, every write conditional.
+//!
+//! Layout (single table): `NAMESPACES`/`<ns>` for each namespace, `NS#<ns>`/`TABLE#<table>` for
+//! each table, and the authority marker. Only the metadata role holds a `Registry`.
+
+mod names;
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arrow::datatypes::Schema;
+use arrow::ipc::convert::{IpcSchemaEncoder, fb_to_schema};
+use arrow::ipc::root_as_schema;
+use lake_common::schema::Authority;
+
+use crate::manifest::{AuthorityError, verify_marker};
+use crate::store::{Condition, Item, Key, MetaStore, SortKey, StoreError, Value, query_all};
+
+pub use names::{MAX_NAME_LEN, NameError, NamespaceName, TableName};
+
+const NAMESPACES: &str = "NAMESPACES";
+const PAGE: usize = 500;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error("namespace {0} already exists")]
+    NamespaceExists(NamespaceName),
+    #[error("namespace {0} does not exist")]
+    NoSuchNamespace(NamespaceName),
+    #[error("namespace {0} is not empty: drop its tables first")]
+    NamespaceNotEmpty(NamespaceName),
+    #[error("table {0}.{1} already exists")]
+    TableExists(NamespaceName, TableName),
+    #[error("table {0}.{1} does not exist")]
+    NoSuchTable(NamespaceName, TableName),
+    #[error("table {0}.{1} has an unreadable record: {2}")]
+    Corrupt(NamespaceName, TableName, String),
+    #[error(transparent)]
+    Authority(#[from] AuthorityError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A registered table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableEntry {
+    pub namespace: NamespaceName,
+    pub name: TableName,
+    /// The dataset's URI (`s3://…/<ns>/<table>.lance` or a local path).
+    pub location: String,
+    pub schema: Arc<Schema>,
+    /// `key=value` properties, as JSON.
+    pub properties: serde_json::Map<String, serde_json::Value>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Registry {
+    kv: Arc<dyn MetaStore>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+fn ns_key(ns: &NamespaceName) -> Key {
+    Key::new(NAMESPACES, SortKey::S(ns.to_string()))
+}
+
+fn table_partition(ns: &NamespaceName) -> String {
+    format!("NS#{ns}")
+}
+
+fn table_key(ns: &NamespaceName, table: &TableName) -> Key {
+    Key::new(table_partition(ns), SortKey::S(format!("TABLE#{table}")))
+}
+
+impl Registry {
+    /// Opens the registry after checking its marker names the registry authority of `cluster`.
+    pub async fn open(kv: Arc<dyn MetaStore>, cluster: &str) -> Result<Self, CatalogError> {
+        verify_marker(kv.as_ref(), Authority::Registry, cluster).await?;
+        Ok(Self { kv })
+    }
+
+    pub async fn create_namespace(&self, ns: &NamespaceName) -> Result<(), CatalogError> {
+        let item = Item::new(ns_key(ns)).with("created_ms", Value::N(now_ms()));
+        match self.kv.put(&item, Condition::NotExists).await {
+            Err(StoreError::ConditionFailed { .. }) => {
+                Err(CatalogError::NamespaceExists(ns.clone()))
+            }
+            other => Ok(other?),
+        }
+    }
+
+    pub async fn namespace_exists(&self, ns: &NamespaceName) -> Result<bool, CatalogError> {
+        Ok(self.kv.get(&ns_key(ns)).await?.is_some())
+    }
+
+    pub async fn list_namespaces(&self) -> Result<Vec<NamespaceName>, CatalogError> {
+        query_all(self.kv.as_ref(), NAMESPACES, PAGE)
+            .await?
+            .into_iter()
+            .filter_map(|item| match item.key.sort {
+                SortKey::S(s) => Some(NamespaceName::parse(&s).map_err(CatalogError::from)),
+                SortKey::N(_) => None,
+            })
+            .collect()
+    }
+
+    pub async fn drop_namespace(&self, ns: &NamespaceName) -> Result<(), CatalogError> {
+        if !self.list_tables(ns).await?.is_empty() {
+            return Err(CatalogError::NamespaceNotEmpty(ns.clone()));
+        }
+        match self.kv.delete(&ns_key(ns), Condition::Exists).await {
+            Err(StoreError::ConditionFailed { .. }) => {
+                Err(CatalogError::NoSuchNamespace(ns.clone()))
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Registers a table; its namespace must exist.
+    pub async fn create_table(&self, entry: &TableEntry) -> Result<(), CatalogError> {
+        if !self.namespace_exists(&entry.namespace).await? {
+            return Err(CatalogError::NoSuchNamespace(entry.namespace.clone()));
+        }
+        let item = item_from(entry);
+        match self.kv.put(&item, Condition::NotExists).await {
+            Err(StoreError::ConditionFailed { .. }) => Err(CatalogError::TableExists(
+                entry.namespace.clone(),
+                entry.name.clone(),
+            )),
+            other => Ok(other?),
+        }
+    }
+
+    /// Replaces an existing table's record (schema or properties changed).
+    pub async fn update_table(&self, entry: &TableEntry) -> Result<(), CatalogError> {
+        let mut entry = entry.clone();
+        entry.updated_ms = now_ms();
+        match self.kv.put(&item_from(&entry), Condition::Exists).await {
+            Err(StoreError::ConditionFailed { .. }) => {
+                Err(CatalogError::NoSuchTable(entry.namespace, entry.name))
+            }
+            other => Ok(other?),
+        }
+    }
+
+    pub async fn get_table(
+        &self,
+        ns: &NamespaceName,
+        table: &TableName,
+    ) -> Result<TableEntry, CatalogError> {
+        let item = self
+            .kv
+            .get(&table_key(ns, table))
+            .await?
+            .ok_or_else(|| CatalogError::NoSuchTable(ns.clone(), table.clone()))?;
+        entry_from(ns, table, &item)
+    }
+
+    pub async fn list_tables(&self, ns: &NamespaceName) -> Result<Vec<TableEntry>, CatalogError> {
+        let items = query_all(self.kv.as_ref(), &table_partition(ns), PAGE).await?;
+        items
+            .iter()
+            .filter_map(|item| match &item.key.sort {
+                SortKey::S(s) => s.strip_prefix("TABLE#").map(|t| (t.to_owned(), item)),
+                SortKey::N(_) => None,
+            })
+            .map(|(name, item)| entry_from(ns, &TableName::parse(&name)?, item))
+            .collect()
+    }
+
+    pub async fn drop_table(
+        &self,
+        ns: &NamespaceName,
+        table: &TableName,
+    ) -> Result<(), CatalogError> {
+        match self
+            .kv
+            .delete(&table_key(ns, table), Condition::Exists)
+            .await
+        {
+            Err(StoreError::ConditionFailed { .. }) => {
+                Err(CatalogError::NoSuchTable(ns.clone(), table.clone()))
+            }
+            other => Ok(other?),
+        }
+    }
+}
+
+fn item_from(entry: &TableEntry) -> Item {
+    let schema = IpcSchemaEncoder::new()
+        .schema_to_fb(&entry.schema)
+        .finished_data()
+        .to_vec();
+    Item::new(table_key(&entry.namespace, &entry.name))
+        .with("location", Value::S(entry.location.clone()))
+        .with("schema", Value::B(schema))
+        .with(
+            "properties",
+            Value::S(serde_json::Value::Object(entry.properties.clone()).to_string()),
+        )
+        .with("created_ms", Value::N(entry.created_ms))
+        .with("updated_ms", Value::N(entry.updated_ms))
+        .with("state", Value::S("active".into()))
+}
+
+fn entry_from(
+    ns: &NamespaceName,
+    table: &TableName,
+    item: &Item,
+) -> Result<TableEntry, CatalogError> {
+    let corrupt = |what: &str| CatalogError::Corrupt(ns.clone(), table.clone(), what.to_owned());
+    let schema = item
+        .bytes("schema")
+        .ok_or_else(|| corrupt("no schema"))
+        .and_then(|b| root_as_schema(b).map_err(|e| corrupt(&e.to_string())))
+        .map(fb_to_schema)?;
+    let properties = match item.string("properties").map(serde_json::from_str) {
+        Some(Ok(serde_json::Value::Object(map))) => map,
+        None => serde_json::Map::new(),
+        Some(_) => return Err(corrupt("properties are not a JSON object")),
+    };
+    Ok(TableEntry {
+        namespace: ns.clone(),
+        name: table.clone(),
+        location: item
+            .string("location")
+            .ok_or_else(|| corrupt("no location"))?
+            .to_owned(),
+        schema: Arc::new(schema),
+        properties,
+        created_ms: item.number("created_ms").unwrap_or_default(),
+        updated_ms: item.number("updated_ms").unwrap_or_default(),
+    })
+}
+
+/// A new table entry, stamped now.
+pub fn new_entry(
+    namespace: NamespaceName,
+    name: TableName,
+    location: String,
+    schema: Arc<Schema>,
+) -> TableEntry {
+    let now = now_ms();
+    TableEntry {
+        namespace,
+        name,
+        location,
+        schema,
+        properties: serde_json::Map::new(),
+        created_ms: now,
+        updated_ms: now,
+    }
+}

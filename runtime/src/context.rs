@@ -1,0 +1,328 @@
+//! The two runtime contexts, built from the per-role connection plans.
+//!
+//! `QueryContext` holds the engine (over a read-only manifest adapter) and the stage — no registry,
+//! no write path. `MetadataContext` holds everything. Opening a context checks the authority
+//! markers of the stores it connects to, and refuses to start on a mismatch.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use aws_credential_types::Credentials;
+use lake_common::plan::{
+    ManifestStore as ManifestPlan, MetadataConnectionPlan, Provisioning, QueryConnectionPlan,
+    RegistryStore as RegistryPlan,
+};
+use lake_common::schema::Authority;
+
+use crate::aws::{AwsConnection, AwsError};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
+use crate::catalog::{CatalogError, Registry, TableEntry, new_entry};
+use crate::engine::{Engine, EngineError, TableRef, Warehouse, WriteEngine};
+use crate::manifest::{
+    AuthorityError, ManifestStore, ReadOnlyManifestStore, load_marker, verify_marker,
+};
+use crate::provision::{self, ProvisionError};
+use crate::store::{DynamoStore, EmbeddedStore, MetaRead, MetaStore, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    #[error("{0}")]
+    Config(String),
+    #[error(
+        "the local lake in {} is not initialised (no {}); start the metadata role first",
+        dir.display(), what
+    )]
+    LocalNotInitialised { dir: PathBuf, what: &'static str },
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+    #[error(transparent)]
+    Authority(#[from] AuthorityError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    Provision(#[from] ProvisionError),
+    #[error(transparent)]
+    Engine(Box<EngineError>),
+}
+
+impl From<EngineError> for ContextError {
+    fn from(e: EngineError) -> Self {
+        Self::Engine(Box::new(e))
+    }
+}
+
+/// Options that are not part of a plan: static credentials for emulators and tests (`None`: the
+/// AWS default credential chain).
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    pub credentials: Option<Credentials>,
+}
+
+/// The read-only query role: engine and stage only.
+#[derive(Debug, Clone)]
+pub struct QueryContext {
+    engine: Engine,
+    stage: String,
+}
+
+/// The metadata role: registry, manifests, engine and stage.
+#[derive(Debug, Clone)]
+pub struct MetadataContext {
+    registry: Registry,
+    engine: WriteEngine,
+    stage: String,
+    cluster_id: String,
+}
+
+/// The data directory of a local lake, from its embedded manifest file `<dir>/_lake/<file>`.
+fn local_dir(file: &Path) -> PathBuf {
+    file.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// Checks a DynamoDB table's marker; a table with another key schema is reported with the marker
+/// it does hold (read with that schema), so "query pointed at the registry" says so.
+async fn verify_dynamo(
+    client: &aws_sdk_dynamodb::Client,
+    kv: &DynamoStore,
+    expected: Authority,
+    cluster: &str,
+) -> Result<(), AuthorityError> {
+    match verify_marker(kv, expected, cluster).await {
+        Err(AuthorityError::Store(StoreError::KeySchemaMismatch { store, detail })) => {
+            let other = match expected {
+                Authority::Manifests => Authority::Registry,
+                Authority::Registry => Authority::Manifests,
+            };
+            let probe = DynamoStore::new(client.clone(), kv.table(), other.key_schema());
+            let found = load_marker(&probe, other).await.ok().flatten();
+            Err(AuthorityError::ForeignTable {
+                store,
+                expected,
+                detail,
+                found,
+            })
+        }
+        other => other.map(|_| ()),
+    }
+}
+
+impl QueryContext {
+    /// Connects to what `plan` names and nothing else: the manifest store (read-only, after
+    /// checking its marker) and the warehouse. Never creates or provisions anything.
+    pub async fn open(
+        plan: &QueryConnectionPlan,
+        cluster_id: Option<&str>,
+        options: &ConnectOptions,
+    ) -> Result<Self, ContextError> {
+        debug_assert_eq!(plan.provisioning(), Provisioning::Never);
+        let (kv, warehouse): (Arc<dyn MetaRead>, Warehouse) = match plan.manifests() {
+            ManifestPlan::Embedded { file } => {
+                let dir = local_dir(file);
+                let cluster = provision::local_cluster_id(&dir)?.ok_or(
+                    ContextError::LocalNotInitialised {
+                        dir: dir.clone(),
+                        what: "cluster id",
+                    },
+                )?;
+                let kv = match EmbeddedStore::open(file, false) {
+                    Err(StoreError::Missing { .. }) => {
+                        return Err(ContextError::LocalNotInitialised {
+                            dir,
+                            what: "manifest store",
+                        });
+                    }
+                    other => other?,
+                };
+                verify_marker(&kv, Authority::Manifests, &cluster).await?;
+                (Arc::new(kv), Warehouse::Local(plan.warehouse().into()))
+            }
+            ManifestPlan::DynamoDb { table } => {
+                let cluster = cluster_id.ok_or_else(|| {
+                    ContextError::Config("a cloud query role needs the cluster id".into())
+                })?;
+                let aws = aws_for(plan.aws(), options).await?;
+                let client = aws.dynamodb();
+                let kv = DynamoStore::new(
+                    client.clone(),
+                    table.as_str(),
+                    Authority::Manifests.key_schema(),
+                );
+                verify_dynamo(&client, &kv, Authority::Manifests, cluster).await?;
+                (Arc::new(kv), s3_warehouse(&aws, plan.warehouse())?)
+            }
+        };
+        Ok(Self {
+            engine: Engine::read_only(warehouse, ReadOnlyManifestStore::new(kv)),
+            stage: plan.stage().to_owned(),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn stage(&self) -> &str {
+        &self.stage
+    }
+}
+
+async fn aws_for(
+    target: Option<&lake_common::plan::AwsTarget>,
+    options: &ConnectOptions,
+) -> Result<AwsConnection, ContextError> {
+    let target = target
+        .ok_or_else(|| ContextError::Config("a DynamoDB store needs an AWS region".into()))?;
+    Ok(AwsConnection::new(target, options.credentials.clone()).await)
+}
+
+fn s3_warehouse(aws: &AwsConnection, warehouse: &str) -> Result<Warehouse, ContextError> {
+    let rest = warehouse.strip_prefix("s3://").ok_or_else(|| {
+        ContextError::Config(format!("warehouse {warehouse:?} is not an s3:// URL"))
+    })?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let location = lake_common::plan::S3Location {
+        bucket: bucket.to_owned(),
+        prefix: prefix.trim_matches('/').to_owned(),
+        region: aws.target().region.clone(),
+        endpoint: aws.target().s3_endpoint.clone(),
+    };
+    let store = aws.s3_store(bucket)?;
+    Ok(Warehouse::S3 { location, store })
+}
+
+impl MetadataContext {
+    /// Connects to both stores (provisioning them first for a local lake) and checks markers.
+    pub async fn open(
+        plan: &MetadataConnectionPlan,
+        cluster_id: Option<&str>,
+        options: &ConnectOptions,
+    ) -> Result<Self, ContextError> {
+        let (registry_kv, manifest_kv, warehouse, cluster): (
+            Arc<dyn MetaStore>,
+            Arc<dyn MetaStore>,
+            Warehouse,
+            String,
+        ) = match (plan.registry(), plan.manifests()) {
+            (RegistryPlan::Embedded { .. }, ManifestPlan::Embedded { file }) => {
+                let dir = local_dir(file);
+                let (registry, manifests, cluster) = provision::local(&dir).await?;
+                (
+                    registry,
+                    manifests,
+                    Warehouse::Local(plan.warehouse().into()),
+                    cluster,
+                )
+            }
+            (
+                RegistryPlan::DynamoDb { table: registry },
+                ManifestPlan::DynamoDb { table: manifest },
+            ) => {
+                let cluster = cluster_id
+                    .ok_or_else(|| {
+                        ContextError::Config("a cloud metadata role needs the cluster id".into())
+                    })?
+                    .to_owned();
+                let aws = aws_for(plan.aws(), options).await?;
+                let client = aws.dynamodb();
+                let registry = DynamoStore::new(
+                    client.clone(),
+                    registry.as_str(),
+                    Authority::Registry.key_schema(),
+                );
+                let manifests = DynamoStore::new(
+                    client.clone(),
+                    manifest.as_str(),
+                    Authority::Manifests.key_schema(),
+                );
+                verify_dynamo(&client, &registry, Authority::Registry, &cluster).await?;
+                verify_dynamo(&client, &manifests, Authority::Manifests, &cluster).await?;
+                (
+                    Arc::new(registry),
+                    Arc::new(manifests),
+                    s3_warehouse(&aws, plan.warehouse())?,
+                    cluster,
+                )
+            }
+            _ => {
+                return Err(ContextError::Config(
+                    "registry and manifests must both be embedded or both be DynamoDB".into(),
+                ));
+            }
+        };
+        let registry = Registry::open(registry_kv, &cluster).await?;
+        verify_marker(manifest_kv.as_ref(), Authority::Manifests, &cluster).await?;
+        Ok(Self {
+            registry,
+            engine: WriteEngine::new(warehouse, ManifestStore::new(manifest_kv)),
+            stage: plan.stage().to_owned(),
+            cluster_id: cluster,
+        })
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn engine(&self) -> &WriteEngine {
+        &self.engine
+    }
+
+    pub fn stage(&self) -> &str {
+        &self.stage
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// Creates a table: registers it (a conditional write, so a concurrent create of the same
+    /// name loses cleanly), then commits its dataset. If the dataset cannot be created, the
+    /// registration is withdrawn, so nothing half-done is left.
+    pub async fn create_table(
+        &self,
+        table: &TableRef,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<TableEntry, ContextError> {
+        let location = self.engine.warehouse().uri(table);
+        let entry = new_entry(
+            table.namespace.clone(),
+            table.table.clone(),
+            location,
+            schema.clone(),
+        );
+        self.registry.create_table(&entry).await?;
+        if let Err(e) = self.engine.create(table, schema, batches).await {
+            if let Err(undo) = self
+                .registry
+                .drop_table(&table.namespace, &table.table)
+                .await
+            {
+                tracing::error!(%table, error = %undo, "could not withdraw the registration of a table whose dataset failed");
+            }
+            return Err(e.into());
+        }
+        Ok(entry)
+    }
+
+    /// Drops a table: its files and manifest rows first (idempotent), then its registration, so
+    /// a failure part-way leaves a table that can be dropped again.
+    pub async fn drop_table(&self, table: &TableRef) -> Result<(), ContextError> {
+        // Fail early, before deleting anything, if the table is not registered.
+        self.registry
+            .get_table(&table.namespace, &table.table)
+            .await?;
+        self.engine.drop_table(table).await?;
+        self.registry
+            .drop_table(&table.namespace, &table.table)
+            .await?;
+        Ok(())
+    }
+}

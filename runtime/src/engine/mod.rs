@@ -1,0 +1,303 @@
+//! The Lance engine: datasets at `<warehouse>/<ns>/<table>.lance`, committed through the manifest
+//! store. [`Engine`] reads (query and metadata); [`WriteEngine`] also writes (metadata only).
+
+mod warehouse;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::{RecordBatch, RecordBatchIterator};
+use lance::dataset::builder::DatasetBuilder;
+use lance::dataset::optimize::{CompactionOptions, compact_files};
+use lance::dataset::write::{CommitBuilder, InsertBuilder};
+use lance::dataset::{Dataset, WriteMode, WriteParams};
+use lance_table::io::commit::CommitHandler;
+use lance_table::io::commit::external_manifest::{
+    ExternalManifestCommitHandler, ExternalManifestStore,
+};
+
+use crate::catalog::{NamespaceName, TableName};
+use crate::manifest::{ManifestStore, ReadOnlyManifestStore};
+use crate::store::StoreError;
+
+pub use warehouse::{TableRef, Warehouse};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("table {0} does not exist")]
+    NotFound(TableRef),
+    #[error("table {0} already exists")]
+    AlreadyExists(TableRef),
+    #[error("{operation} {table}: {source}")]
+    Lance {
+        operation: &'static str,
+        table: TableRef,
+        #[source]
+        source: lance::Error,
+    },
+    #[error("listing the warehouse: {0}")]
+    Listing(#[source] object_store::Error),
+    #[error("removing the files of {table}: {detail}")]
+    Remove { table: TableRef, detail: String },
+    #[error("deleting the manifest rows of {table}: {source}")]
+    Manifests {
+        table: TableRef,
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// How long, and how often, an append retries against commits of *other* processes (pylance,
+/// another metadata replica during a rollout). Lance's default, 30 s, is too short for a busy
+/// table on a slow store; in-process commits never contend (see [`WriteEngine`]).
+const COMMIT_RETRY_TIMEOUT: Duration = Duration::from_secs(300);
+const COMMIT_MAX_RETRIES: u32 = 200;
+
+/// What an append or delete did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    /// The dataset version the commit created.
+    pub version: u64,
+    /// Rows appended or deleted.
+    pub rows: u64,
+}
+
+/// Reads Lance datasets of one warehouse through one manifest store.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    warehouse: Warehouse,
+    handler: Arc<dyn CommitHandler>,
+}
+
+impl Engine {
+    fn with_store(warehouse: Warehouse, store: Arc<dyn ExternalManifestStore>) -> Self {
+        let handler = Arc::new(ExternalManifestCommitHandler {
+            external_manifest_store: store,
+        });
+        Self { warehouse, handler }
+    }
+
+    /// A read-only engine: its commit handler cannot write a manifest row.
+    pub fn read_only(warehouse: Warehouse, manifests: ReadOnlyManifestStore) -> Self {
+        Self::with_store(warehouse, Arc::new(manifests))
+    }
+
+    pub fn warehouse(&self) -> &Warehouse {
+        &self.warehouse
+    }
+
+    fn lance_err(
+        operation: &'static str,
+        table: &TableRef,
+    ) -> impl FnOnce(lance::Error) -> EngineError {
+        let table = table.clone();
+        move |source| match source {
+            lance::Error::DatasetNotFound { .. } | lance::Error::NotFound { .. } => {
+                EngineError::NotFound(table)
+            }
+            lance::Error::DatasetAlreadyExists { .. } => EngineError::AlreadyExists(table),
+            source => EngineError::Lance {
+                operation,
+                table,
+                source,
+            },
+        }
+    }
+
+    fn write_params(&self, table: &TableRef, mode: WriteMode) -> WriteParams {
+        WriteParams {
+            mode,
+            commit_handler: Some(self.handler.clone()),
+            store_params: self.warehouse.store_params(table),
+            ..Default::default()
+        }
+    }
+
+    /// Opens a table at its latest version, or at `version`.
+    pub async fn open(
+        &self,
+        table: &TableRef,
+        version: Option<u64>,
+    ) -> Result<Dataset, EngineError> {
+        let mut builder = DatasetBuilder::from_uri(self.warehouse.uri(table))
+            .with_commit_handler(self.handler.clone());
+        if let Some(params) = self.warehouse.store_params(table) {
+            builder = builder.with_store_params(params);
+        }
+        if let Some(version) = version {
+            builder = builder.with_version(version);
+        }
+        builder.load().await.map_err(Self::lance_err("open", table))
+    }
+
+    /// Every version of a table, oldest first.
+    pub async fn versions(&self, table: &TableRef) -> Result<Vec<u64>, EngineError> {
+        let dataset = self.open(table, None).await?;
+        let mut versions: Vec<u64> = dataset
+            .versions()
+            .await
+            .map_err(Self::lance_err("list versions of", table))?
+            .into_iter()
+            .map(|v| v.version)
+            .collect();
+        versions.sort_unstable();
+        Ok(versions)
+    }
+
+    /// The tables the warehouse layout holds (`<ns>/<table>.lance`), sorted.
+    pub async fn list_tables(&self) -> Result<Vec<TableRef>, EngineError> {
+        self.warehouse.list_tables().await
+    }
+}
+
+/// The metadata role's engine: reads plus every write, each one Lance commit.
+///
+/// Commits to one table are serialised within the process: concurrent requests would otherwise
+/// race each other through Lance's optimistic retry, redoing work and risking its retry budget.
+/// Commits from other processes still conflict and are retried by Lance.
+#[derive(Debug, Clone)]
+pub struct WriteEngine {
+    engine: Engine,
+    manifests: ManifestStore,
+    locks: Arc<Mutex<HashMap<TableRef, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl std::ops::Deref for WriteEngine {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl WriteEngine {
+    pub fn new(warehouse: Warehouse, manifests: ManifestStore) -> Self {
+        Self {
+            engine: Engine::with_store(warehouse, Arc::new(manifests.clone())),
+            manifests,
+            locks: Arc::default(),
+        }
+    }
+
+    /// Holds the table's in-process commit lock until the guard drops.
+    async fn lock(&self, table: &TableRef) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            locks.entry(table.clone()).or_default().clone()
+        };
+        lock.lock_owned().await
+    }
+
+    /// A read-only view, e.g. for serving reads from the metadata role.
+    pub fn reader(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Creates a table with `schema` and its first rows in one commit (version 1).
+    pub async fn create(
+        &self,
+        table: &TableRef,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Dataset, EngineError> {
+        let _guard = self.lock(table).await;
+        let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
+        let params = self.engine.write_params(table, WriteMode::Create);
+        Dataset::write(
+            reader,
+            self.engine.warehouse.uri(table).as_str(),
+            Some(params),
+        )
+        .await
+        .map_err(Engine::lance_err("create", table))
+    }
+
+    /// Appends `batches` in one commit. Concurrent appends from other processes are retried by
+    /// Lance (up to `COMMIT_RETRY_TIMEOUT`) and all land.
+    pub async fn append(
+        &self,
+        table: &TableRef,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Committed, EngineError> {
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let _guard = self.lock(table).await;
+        let uri = self.engine.warehouse.uri(table);
+        let params = self.engine.write_params(table, WriteMode::Append);
+        // Data files first (no commit), then the commit with our retry budget.
+        let batches = if batches.is_empty() {
+            vec![RecordBatch::new_empty(schema)]
+        } else {
+            batches
+        };
+        let transaction = InsertBuilder::new(uri.as_str())
+            .with_params(&params)
+            .execute_uncommitted(batches)
+            .await
+            .map_err(Engine::lance_err("append to", table))?;
+        let mut commit = CommitBuilder::new(uri.as_str())
+            .with_commit_handler(self.engine.handler.clone())
+            .with_retry_timeout(COMMIT_RETRY_TIMEOUT)
+            .with_max_retries(COMMIT_MAX_RETRIES);
+        if let Some(store_params) = params.store_params.clone() {
+            commit = commit.with_store_params(store_params);
+        }
+        let dataset = commit
+            .execute(transaction)
+            .await
+            .map_err(Engine::lance_err("append to", table))?;
+        Ok(Committed {
+            version: dataset.version().version,
+            rows,
+        })
+    }
+
+    /// Deletes the rows matching a SQL predicate, in one commit.
+    pub async fn delete(
+        &self,
+        table: &TableRef,
+        predicate: &str,
+    ) -> Result<Committed, EngineError> {
+        let _guard = self.lock(table).await;
+        let mut dataset = self.engine.open(table, None).await?;
+        let result = dataset
+            .delete(predicate)
+            .await
+            .map_err(Engine::lance_err("delete from", table))?;
+        Ok(Committed {
+            version: result.new_dataset.version().version,
+            rows: result.num_deleted_rows,
+        })
+    }
+
+    /// Compacts small fragments into larger ones (one commit).
+    pub async fn compact(&self, table: &TableRef) -> Result<u64, EngineError> {
+        let _guard = self.lock(table).await;
+        let mut dataset = self.engine.open(table, None).await?;
+        compact_files(&mut dataset, CompactionOptions::default(), None)
+            .await
+            .map_err(Engine::lance_err("compact", table))?;
+        Ok(dataset.version().version)
+    }
+
+    /// Removes a table's files and every one of its manifest rows (Lance itself never deletes
+    /// rows, and stale rows would block re-creating the table). Idempotent.
+    pub async fn drop_table(&self, table: &TableRef) -> Result<usize, EngineError> {
+        let _guard = self.lock(table).await;
+        self.engine.warehouse.remove(table).await?;
+        self.manifests
+            .delete_all(&self.engine.warehouse.manifest_base_uri(table))
+            .await
+            .map_err(|source| EngineError::Manifests {
+                table: table.clone(),
+                source,
+            })
+    }
+}
+
+impl TableRef {
+    pub fn new(namespace: NamespaceName, table: TableName) -> Self {
+        Self { namespace, table }
+    }
+}

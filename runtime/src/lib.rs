@@ -1,0 +1,9 @@
+//! lake-runtime: the shared Flight SQL / Lance runtime of lake's query and metadata roles.
+
+pub mod aws;
+pub mod catalog;
+pub mod context;
+pub mod engine;
+pub mod manifest;
+pub mod provision;
+pub mod store;

@@ -1,0 +1,250 @@
+//! `ExternalManifestStore` implementations: read-write for metadata, read-only for query.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lake_common::schema::{
+    Authority, MANIFEST_COMMITTER_ATTR, MANIFEST_PATH_ATTR, MANIFEST_SIZE_ATTR,
+};
+use lance_table::io::commit::external_manifest::ExternalManifestStore;
+
+use crate::store::{
+    Condition, Item, Key, MetaRead, MetaStore, QueryRequest, SortKey, StoreError, Value, WriteOp,
+};
+
+/// Who wrote a row, in Lance's `committer` attribute.
+const COMMITTER: &str = "lake-metadata";
+/// Rows deleted per round when a dataset is dropped.
+const DEFAULT_PAGE_SIZE: usize = 500;
+
+/// A write attempted through the read-only adapter. Returned (inside Lance's error) before any
+/// MetaStore call is made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the query role is read-only: {operation} on manifests of {base_uri:?} refused; writes go to the metadata endpoint"
+)]
+pub struct ReadOnlyViolation {
+    pub operation: &'static str,
+    pub base_uri: String,
+}
+
+fn lance_err(e: StoreError) -> lance::Error {
+    lance::Error::io_source(Box::new(e))
+}
+
+fn row_key(base_uri: &str, version: u64) -> Key {
+    Key::new(base_uri, SortKey::N(version))
+}
+
+/// The reads both adapters share.
+async fn get_path(kv: &dyn MetaRead, base_uri: &str, version: u64) -> lance::Result<String> {
+    let item = kv
+        .get(&row_key(base_uri, version))
+        .await
+        .map_err(lance_err)?
+        .ok_or_else(|| {
+            lance::Error::not_found(format!("manifest of {base_uri} version {version}"))
+        })?;
+    path_of(&item)
+}
+
+fn path_of(item: &Item) -> lance::Result<String> {
+    item.string(MANIFEST_PATH_ATTR)
+        .map(str::to_owned)
+        .ok_or_else(|| lance::Error::io(format!("manifest row {} has no path", item.key)))
+}
+
+async fn latest(kv: &dyn MetaRead, base_uri: &str) -> lance::Result<Option<(u64, String)>> {
+    let page = kv
+        .query(base_uri, &QueryRequest::last(1))
+        .await
+        .map_err(lance_err)?;
+    match page.items.first() {
+        None => Ok(None),
+        Some(item) => match item.key.sort {
+            // Version 0 is never a Lance version (it is where markers live).
+            SortKey::N(0) => Ok(None),
+            SortKey::N(version) => Ok(Some((version, path_of(item)?))),
+            SortKey::S(_) => Err(lance::Error::io(format!(
+                "manifest row {} has a string version",
+                item.key
+            ))),
+        },
+    }
+}
+
+/// The read-write manifest store of the metadata role.
+#[derive(Debug, Clone)]
+pub struct ManifestStore {
+    kv: Arc<dyn MetaStore>,
+    page_size: usize,
+}
+
+impl ManifestStore {
+    pub fn new(kv: Arc<dyn MetaStore>) -> Self {
+        Self {
+            kv,
+            page_size: DEFAULT_PAGE_SIZE,
+        }
+    }
+
+    /// Smaller pages for tests of multi-page deletes.
+    pub fn with_page_size(mut self, page_size: usize) -> Self {
+        self.page_size = page_size.max(1);
+        self
+    }
+
+    /// Deletes every manifest row of a dataset, page by page, returning how many there were.
+    /// Lance never deletes rows; stale rows would block recreating a table at the same path.
+    pub async fn delete_all(&self, base_uri: &str) -> Result<usize, StoreError> {
+        if base_uri == Authority::Manifests.marker_key().hash {
+            return Err(StoreError::Backend {
+                store: self.kv.describe().to_owned(),
+                source: "refusing to delete the authority marker's partition".into(),
+            });
+        }
+        let mut deleted = 0;
+        loop {
+            // Always read the first page: the previous one is gone.
+            let page = self
+                .kv
+                .query(base_uri, &QueryRequest::first(self.page_size))
+                .await?;
+            let ops: Vec<WriteOp> = page
+                .items
+                .iter()
+                .map(|i| WriteOp::Delete(i.key.clone()))
+                .collect();
+            if ops.is_empty() {
+                return Ok(deleted);
+            }
+            self.kv.batch(&ops).await?;
+            deleted += ops.len();
+        }
+    }
+
+    fn row(base_uri: &str, version: u64, path: &str, size: u64) -> Item {
+        Item::new(row_key(base_uri, version))
+            .with(MANIFEST_PATH_ATTR, Value::S(path.to_owned()))
+            .with(MANIFEST_COMMITTER_ATTR, Value::S(COMMITTER.to_owned()))
+            .with(
+                MANIFEST_SIZE_ATTR,
+                Value::N(i64::try_from(size).unwrap_or(i64::MAX)),
+            )
+    }
+}
+
+#[async_trait]
+impl ExternalManifestStore for ManifestStore {
+    async fn get(&self, base_uri: &str, version: u64) -> lance::Result<String> {
+        get_path(self.kv.as_ref(), base_uri, version).await
+    }
+
+    async fn get_latest_version(&self, base_uri: &str) -> lance::Result<Option<(u64, String)>> {
+        latest(self.kv.as_ref(), base_uri).await
+    }
+
+    async fn put_if_not_exists(
+        &self,
+        base_uri: &str,
+        version: u64,
+        path: &str,
+        size: u64,
+        _e_tag: Option<String>,
+    ) -> lance::Result<()> {
+        self.kv
+            .put(
+                &Self::row(base_uri, version, path, size),
+                Condition::NotExists,
+            )
+            .await
+            .map_err(lance_err)
+    }
+
+    async fn put_if_exists(
+        &self,
+        base_uri: &str,
+        version: u64,
+        path: &str,
+        size: u64,
+        _e_tag: Option<String>,
+    ) -> lance::Result<()> {
+        self.kv
+            .put(&Self::row(base_uri, version, path, size), Condition::Exists)
+            .await
+            .map_err(lance_err)
+    }
+
+    async fn delete(&self, base_uri: &str) -> lance::Result<()> {
+        self.delete_all(base_uri)
+            .await
+            .map(|_| ())
+            .map_err(lance_err)
+    }
+}
+
+/// The query role's manifest store. It holds only a [`MetaRead`], so it has no way to write;
+/// every mutating call is refused with a [`ReadOnlyViolation`] before touching anything.
+#[derive(Debug, Clone)]
+pub struct ReadOnlyManifestStore {
+    kv: Arc<dyn MetaRead>,
+}
+
+impl ReadOnlyManifestStore {
+    pub fn new(kv: Arc<dyn MetaRead>) -> Self {
+        Self { kv }
+    }
+
+    fn refuse(operation: &'static str, base_uri: &str) -> lance::Error {
+        lance::Error::not_supported_source(Box::new(ReadOnlyViolation {
+            operation,
+            base_uri: base_uri.to_owned(),
+        }))
+    }
+}
+
+#[async_trait]
+impl ExternalManifestStore for ReadOnlyManifestStore {
+    async fn get(&self, base_uri: &str, version: u64) -> lance::Result<String> {
+        get_path(self.kv.as_ref(), base_uri, version).await
+    }
+
+    async fn get_latest_version(&self, base_uri: &str) -> lance::Result<Option<(u64, String)>> {
+        latest(self.kv.as_ref(), base_uri).await
+    }
+
+    async fn put_if_not_exists(
+        &self,
+        base_uri: &str,
+        _version: u64,
+        _path: &str,
+        _size: u64,
+        _e_tag: Option<String>,
+    ) -> lance::Result<()> {
+        Err(Self::refuse("put_if_not_exists", base_uri))
+    }
+
+    async fn put_if_exists(
+        &self,
+        base_uri: &str,
+        _version: u64,
+        _path: &str,
+        _size: u64,
+        _e_tag: Option<String>,
+    ) -> lance::Result<()> {
+        Err(Self::refuse("put_if_exists", base_uri))
+    }
+
+    async fn delete(&self, base_uri: &str) -> lance::Result<()> {
+        Err(Self::refuse("delete", base_uri))
+    }
+
+    async fn forget_version(
+        &self,
+        base_uri: &str,
+        _version: u64,
+        _identity: &str,
+    ) -> lance::Result<()> {
+        Err(Self::refuse("forget_version", base_uri))
+    }
+}

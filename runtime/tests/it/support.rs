@@ -1,0 +1,183 @@
+//! Fixtures: a provisioned cloud lake on the emulator, a local lake, and small record batches.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use aws_credential_types::Credentials;
+use lake_common::plan::{
+    AuthorityPlan, AuthorityRequest, ManifestStore, PlanFields, RegistryStore, StorageRequest,
+};
+use lake_runtime::aws::AwsConnection;
+use lake_runtime::catalog::{NamespaceName, TableName};
+use lake_runtime::context::ConnectOptions;
+use lake_runtime::engine::TableRef;
+use lake_runtime::provision;
+use lake_testkit::{moto, unique};
+use lance::dataset::Dataset;
+
+pub const REGION: &str = "us-east-1";
+
+pub fn credentials() -> Credentials {
+    Credentials::new("testing", "testing", None, None, "lake-tests")
+}
+
+pub fn options() -> ConnectOptions {
+    ConnectOptions {
+        credentials: Some(credentials()),
+    }
+}
+
+/// A cloud lake on the emulator: bucket, both tables provisioned with markers.
+pub struct CloudLake {
+    pub cluster: String,
+    pub bucket: String,
+    pub plan: AuthorityPlan,
+    pub aws: AwsConnection,
+}
+
+impl CloudLake {
+    pub async fn new() -> Self {
+        let moto = moto();
+        let cluster = unique("uid");
+        let bucket = unique("bkt");
+        moto.create_bucket(&bucket);
+        let request = AuthorityRequest {
+            cluster_name: unique("lake"),
+            storage: StorageRequest::S3 {
+                bucket: bucket.clone(),
+                prefix: "wh".into(),
+                region: REGION.into(),
+                endpoint: Some(moto.endpoint().into()),
+            },
+            registry_table: None,
+            manifest_table: None,
+            legacy_table: None,
+            dynamodb_endpoint: Some(moto.endpoint().into()),
+        };
+        let plan = AuthorityPlan::new(&request, &PlanFields::SPEC).expect("valid plan");
+        let aws = AwsConnection::new(plan.aws().expect("cloud plan"), Some(credentials())).await;
+        let (
+            RegistryStore::DynamoDb { table: registry },
+            ManifestStore::DynamoDb { table: manifest },
+        ) = (plan.registry(), plan.manifests())
+        else {
+            panic!("cloud plan has DynamoDB stores")
+        };
+        provision::dynamo_tables(&aws.dynamodb(), registry, manifest, &cluster)
+            .await
+            .expect("provision tables");
+        Self {
+            cluster,
+            bucket,
+            plan,
+            aws,
+        }
+    }
+
+    pub fn registry_table(&self) -> String {
+        match self.plan.registry() {
+            RegistryStore::DynamoDb { table } => table.to_string(),
+            RegistryStore::Embedded { .. } => unreachable!(),
+        }
+    }
+
+    pub fn manifest_table(&self) -> String {
+        match self.plan.manifests() {
+            ManifestStore::DynamoDb { table } => table.to_string(),
+            ManifestStore::Embedded { .. } => unreachable!(),
+        }
+    }
+
+    /// Storage options for pylance (`s3+ddb://`).
+    pub fn pylance_options(&self) -> serde_json::Value {
+        let endpoint = moto().endpoint();
+        serde_json::json!({
+            "aws_endpoint": endpoint,
+            "dynamodb_endpoint": endpoint,
+            "allow_http": "true",
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "aws_region": REGION,
+        })
+    }
+
+    pub fn pylance_uri(&self, table: &TableRef) -> String {
+        format!(
+            "s3+ddb://{}/wh/{}/{}.lance?ddbTableName={}",
+            self.bucket,
+            table.namespace,
+            table.table,
+            self.manifest_table()
+        )
+    }
+
+    /// Every item of the manifest table, in a stable order (for byte-for-byte comparisons).
+    pub async fn dump_manifest_table(&self) -> Vec<String> {
+        let mut rows: Vec<String> = self
+            .aws
+            .dynamodb()
+            .scan()
+            .table_name(self.manifest_table())
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("scan")
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|item| {
+                let mut attrs: Vec<String> = item
+                    .into_iter()
+                    .map(|(k, v)| format!("{k}={v:?}"))
+                    .collect();
+                attrs.sort();
+                attrs.join(",")
+            })
+            .collect();
+        rows.sort();
+        rows
+    }
+}
+
+pub fn table(ns: &str, name: &str) -> TableRef {
+    TableRef::new(
+        NamespaceName::parse(ns).unwrap(),
+        TableName::parse(name).unwrap(),
+    )
+}
+
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("name", DataType::Utf8, true),
+    ]))
+}
+
+pub fn batch(ids: Range<i64>) -> RecordBatch {
+    let names: Vec<String> = ids.clone().map(|i| format!("row-{i}")).collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(ids)),
+            Arc::new(StringArray::from(names)),
+        ],
+    )
+    .unwrap()
+}
+
+/// The sorted `id` column of a dataset.
+pub async fn ids(dataset: &Dataset) -> Vec<i64> {
+    let batch = dataset.scan().try_into_batch().await.expect("scan");
+    let column = batch
+        .column_by_name("id")
+        .expect("id column")
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .expect("int64 ids")
+        .clone();
+    let mut ids: Vec<i64> = column.iter().flatten().collect();
+    ids.sort_unstable();
+    ids
+}

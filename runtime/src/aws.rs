@@ -8,8 +8,8 @@ use std::time::Duration;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
-use aws_sdk_dynamodb::config::Region;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::{Region, SharedInterceptor};
 use lake_common::plan::AwsTarget;
 use lance_io::object_store::providers::aws::AwsCredentialAdapter;
 use object_store::aws::AmazonS3Builder;
@@ -26,25 +26,35 @@ pub enum AwsError {
     },
 }
 
+/// Connection settings that are not part of a plan.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// Static credentials (emulators, tests); `None` uses the AWS default credential chain.
+    pub credentials: Option<Credentials>,
+    /// Observers of every DynamoDB call (tests record which tables and actions a role uses).
+    pub dynamodb_interceptors: Vec<SharedInterceptor>,
+}
+
 /// One AWS configuration shared by a process's DynamoDB and S3 clients.
 #[derive(Debug, Clone)]
 pub struct AwsConnection {
     target: AwsTarget,
     sdk: SdkConfig,
+    interceptors: Vec<SharedInterceptor>,
 }
 
 impl AwsConnection {
-    /// `credentials`: static credentials (tests, emulators); `None` uses the default chain.
-    pub async fn new(target: &AwsTarget, credentials: Option<Credentials>) -> Self {
+    pub async fn new(target: &AwsTarget, options: &ConnectOptions) -> Self {
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(target.region.clone()))
             .retry_config(RetryConfig::standard().with_max_attempts(8));
-        if let Some(credentials) = credentials {
-            loader = loader.credentials_provider(credentials);
+        if let Some(credentials) = &options.credentials {
+            loader = loader.credentials_provider(credentials.clone());
         }
         Self {
             target: target.clone(),
             sdk: loader.load().await,
+            interceptors: options.dynamodb_interceptors.clone(),
         }
     }
 
@@ -56,6 +66,7 @@ impl AwsConnection {
     /// endpoint override if any.
     pub fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
         let mut config = aws_sdk_dynamodb::config::Builder::from(&self.sdk);
+        config.set_interceptors(self.interceptors.iter().cloned());
         if let Some(endpoint) = &self.target.dynamodb_endpoint {
             config = config.endpoint_url(endpoint);
         }

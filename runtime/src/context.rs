@@ -7,14 +7,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use aws_credential_types::Credentials;
 use lake_common::plan::{
     ManifestStore as ManifestPlan, MetadataConnectionPlan, Provisioning, QueryConnectionPlan,
     RegistryStore as RegistryPlan,
 };
 use lake_common::schema::Authority;
 
-use crate::aws::{AwsConnection, AwsError};
+use crate::aws::{AwsConnection, AwsError, ConnectOptions};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
@@ -53,13 +52,6 @@ impl From<EngineError> for ContextError {
     fn from(e: EngineError) -> Self {
         Self::Engine(Box::new(e))
     }
-}
-
-/// Options that are not part of a plan: static credentials for emulators and tests (`None`: the
-/// AWS default credential chain).
-#[derive(Debug, Clone, Default)]
-pub struct ConnectOptions {
-    pub credentials: Option<Credentials>,
 }
 
 /// The read-only query role: engine and stage only.
@@ -179,7 +171,7 @@ async fn aws_for(
 ) -> Result<AwsConnection, ContextError> {
     let target = target
         .ok_or_else(|| ContextError::Config("a DynamoDB store needs an AWS region".into()))?;
-    Ok(AwsConnection::new(target, options.credentials.clone()).await)
+    Ok(AwsConnection::new(target, options).await)
 }
 
 fn s3_warehouse(aws: &AwsConnection, warehouse: &str) -> Result<Warehouse, ContextError> {

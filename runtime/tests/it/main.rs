@@ -3,6 +3,7 @@
 
 mod support;
 
+mod authority;
 mod concurrency;
 mod contexts;
 mod interop;

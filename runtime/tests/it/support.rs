@@ -10,8 +10,8 @@ use lake_common::plan::{
     AuthorityPlan, AuthorityRequest, ManifestStore, PlanFields, RegistryStore, StorageRequest,
 };
 use lake_runtime::aws::AwsConnection;
+use lake_runtime::aws::ConnectOptions;
 use lake_runtime::catalog::{NamespaceName, TableName};
-use lake_runtime::context::ConnectOptions;
 use lake_runtime::engine::TableRef;
 use lake_runtime::provision;
 use lake_testkit::{moto, unique};
@@ -26,6 +26,7 @@ pub fn credentials() -> Credentials {
 pub fn options() -> ConnectOptions {
     ConnectOptions {
         credentials: Some(credentials()),
+        ..Default::default()
     }
 }
 
@@ -57,7 +58,7 @@ impl CloudLake {
             dynamodb_endpoint: Some(moto.endpoint().into()),
         };
         let plan = AuthorityPlan::new(&request, &PlanFields::SPEC).expect("valid plan");
-        let aws = AwsConnection::new(plan.aws().expect("cloud plan"), Some(credentials())).await;
+        let aws = AwsConnection::new(plan.aws().expect("cloud plan"), &options()).await;
         let (
             RegistryStore::DynamoDb { table: registry },
             ManifestStore::DynamoDb { table: manifest },

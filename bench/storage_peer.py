@@ -1,0 +1,56 @@
+"""pylance side of the storage bench: the same appends and latest-version opens as lake's engine.
+
+usage: storage_peer.py URI OPTIONS_JSON COMMITS ROWS OPENS  → one JSON line of numbers.
+"""
+
+import json
+import sys
+import time
+
+import lance
+import pyarrow as pa
+
+
+def batch(start: int, rows: int) -> pa.Table:
+    ids = list(range(start, start + rows))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([f"name-{i:012}" for i in ids], pa.string()),
+            "value": pa.array([i * 0.5 for i in ids], pa.float64()),
+        }
+    )
+
+
+def main() -> None:
+    uri, options = sys.argv[1], json.loads(sys.argv[2])
+    commits, rows, opens = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    lance.write_dataset(batch(-1, 1), uri, mode="create", storage_options=options)
+    tables = [batch(c * rows, rows) for c in range(commits)]
+    nbytes = sum(t.nbytes for t in tables)
+    started = time.perf_counter()
+    for t in tables:
+        lance.write_dataset(t, uri, mode="append", storage_options=options)
+    elapsed = time.perf_counter() - started
+    times = []
+    for _ in range(opens):
+        t0 = time.perf_counter()
+        ds = lance.dataset(uri, storage_options=options)
+        times.append(time.perf_counter() - t0)
+        assert ds.version == 1 + commits, ds.version
+    times.sort()
+    pick = lambda p: times[round((len(times) - 1) * p)] * 1e3  # noqa: E731
+    print(
+        json.dumps(
+            {
+                "rows_per_s": commits * rows / elapsed,
+                "mb_per_s": nbytes / 1e6 / elapsed,
+                "open_p50_ms": pick(0.5),
+                "open_p95_ms": pick(0.95),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -4,6 +4,7 @@ pub mod aws;
 pub mod catalog;
 pub mod context;
 pub mod engine;
+pub mod flight;
 pub mod manifest;
 pub mod provision;
 pub mod store;

@@ -1,9 +1,16 @@
 //! `lake`: the shared runtime of the query and metadata roles.
 
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use lake_common::config::RuntimeConfig;
+use lake_common::plan::{AuthorityPlan, AuthorityRequest, PlanFields, RolePlan, StorageRequest};
+use lake_runtime::aws::ConnectOptions;
+use lake_runtime::context::{MetadataContext, QueryContext};
+use lake_runtime::flight::{self, Role};
 
 #[derive(Parser)]
 #[command(
@@ -18,6 +25,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// A whole lake on local disk: metadata and query endpoints over one data directory.
+    Local {
+        /// The data directory (created if missing).
+        #[arg(long)]
+        data: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:8815")]
+        query_addr: SocketAddr,
+        #[arg(long, default_value = "127.0.0.1:8816")]
+        metadata_addr: SocketAddr,
+    },
+    /// Serve one role, configured by the LAKE_* environment (what the pods run).
+    Serve,
     /// Validate the LAKE_* configuration and print what this role would connect to, without
     /// connecting to anything.
     Plan,
@@ -25,12 +44,141 @@ enum Command {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lance=warn")),
+        )
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
-        Command::Plan => plan(),
+    let command = Cli::parse().command;
+    if let Command::Plan = command {
+        return plan();
     }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+    };
+    let result = runtime.block_on(async {
+        match command {
+            Command::Local {
+                data,
+                query_addr,
+                metadata_addr,
+            } => local(&data, query_addr, metadata_addr).await,
+            Command::Serve => serve().await,
+            Command::Plan => Ok(()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => fail(&message),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}
+
+async fn shutdown_signal() {
+    // If the signal handler cannot be installed, run until killed.
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn local(
+    data: &Path,
+    query_addr: SocketAddr,
+    metadata_addr: SocketAddr,
+) -> Result<(), String> {
+    std::fs::create_dir_all(data).map_err(|e| format!("cannot create {}: {e}", data.display()))?;
+    let data = data
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", data.display()))?;
+    let request = AuthorityRequest {
+        cluster_name: "local".into(),
+        storage: StorageRequest::Local {
+            path: data.display().to_string(),
+        },
+        registry_table: None,
+        manifest_table: None,
+        legacy_table: None,
+        dynamodb_endpoint: None,
+    };
+    let plan = AuthorityPlan::new(&request, &PlanFields::SPEC).map_err(|e| e.to_string())?;
+    let options = ConnectOptions::default();
+    // Metadata first: it provisions the local stores that query then opens read-only.
+    let metadata = MetadataContext::open(&plan.metadata(), None, &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let query = QueryContext::open(&plan.query(), None, &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let metadata_bound = flight::bind(metadata_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {metadata_addr}: {e}"))?;
+    let query_bound = flight::bind(query_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {query_addr}: {e}"))?;
+    let metadata_url = format!("grpc://{}", metadata_bound.addr);
+    let query_url = format!("grpc://{}", query_bound.addr);
+    println!("lake local: data in {}", data.display());
+    println!("  query     {query_url}   (read-only SQL)");
+    println!("  metadata  {metadata_url}   (DDL, INSERT, DELETE)");
+    println!();
+    println!("Python (ADBC):");
+    println!("  import adbc_driver_flightsql.dbapi as flightsql");
+    println!("  with flightsql.connect(\"{metadata_url}\") as conn, conn.cursor() as cur:");
+    println!("      cur.execute(\"CREATE SCHEMA sales\")");
+    println!("      cur.execute(\"CREATE TABLE sales.orders (id BIGINT, item VARCHAR)\")");
+    println!("      cur.execute(\"INSERT INTO sales.orders VALUES (1, 'tea'), (2, 'cake')\")");
+    println!("  with flightsql.connect(\"{query_url}\") as conn, conn.cursor() as cur:");
+    println!("      cur.execute(\"SELECT * FROM sales.orders\"); print(cur.fetchall())");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+
+    let query_role = Role::Query {
+        context: query,
+        metadata_endpoint: Some(metadata_url),
+    };
+    let metadata_role = Role::Metadata(Arc::new(metadata));
+    let (a, b) = tokio::join!(
+        flight::serve(metadata_bound, metadata_role, shutdown_signal()),
+        flight::serve(query_bound, query_role, shutdown_signal()),
+    );
+    a.and(b).map_err(|e| format!("serving failed: {e}"))
+}
+
+async fn serve() -> Result<(), String> {
+    let parsed = RuntimeConfig::from_vars(std::env::vars())
+        .map_err(|e| format!("invalid LAKE_* configuration: {e}"))?;
+    for name in &parsed.unknown {
+        tracing::warn!(variable = %name, "unknown LAKE_* variable ignored");
+    }
+    let config = parsed.config;
+    let options = ConnectOptions::default();
+    // Dispatch on the role before opening anything: query builds the minimal context only.
+    let role = match &config.plan {
+        RolePlan::Query(plan) => Role::Query {
+            context: QueryContext::open(plan, config.cluster_id.as_deref(), &options)
+                .await
+                .map_err(|e| e.to_string())?,
+            metadata_endpoint: config.metadata_endpoint.clone(),
+        },
+        RolePlan::Metadata(plan) => Role::Metadata(Arc::new(
+            MetadataContext::open(plan, config.cluster_id.as_deref(), &options)
+                .await
+                .map_err(|e| e.to_string())?,
+        )),
+    };
+    let bound = flight::bind(config.flight_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.flight_addr))?;
+    tracing::info!(role = %config.plan.role(), addr = %bound.addr, "serving");
+    flight::serve(bound, role, shutdown_signal())
+        .await
+        .map_err(|e| format!("serving failed: {e}"))
 }
 
 fn plan() -> ExitCode {
@@ -44,10 +192,7 @@ fn plan() -> ExitCode {
                     println!("{json}");
                     ExitCode::SUCCESS
                 }
-                Err(e) => {
-                    eprintln!("error: cannot print the plan: {e}");
-                    ExitCode::FAILURE
-                }
+                Err(e) => fail(&format!("cannot print the plan: {e}")),
             }
         }
         Err(errors) => {

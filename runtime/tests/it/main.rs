@@ -6,6 +6,7 @@ mod support;
 mod authority;
 mod concurrency;
 mod contexts;
+mod flight;
 mod interop;
 mod manifest;
 mod plan;

@@ -1,0 +1,103 @@
+//! The DataFusion view of a warehouse: catalog `lake`, one schema per namespace, one table per
+//! Lance dataset, each opened at its latest version when a query first names it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::error::DataFusionError;
+use lance::datafusion::LanceTableProvider;
+
+use crate::catalog::{NamespaceName, TableName};
+use crate::engine::{Engine, EngineError, TableRef};
+
+/// The one catalog name lake serves.
+pub const CATALOG: &str = "lake";
+
+/// A snapshot of the warehouse layout, taken per request.
+#[derive(Debug)]
+pub struct LakeCatalog {
+    schemas: BTreeMap<String, Arc<NamespaceSchema>>,
+}
+
+impl LakeCatalog {
+    pub async fn load(engine: &Engine) -> Result<Self, EngineError> {
+        let mut schemas: BTreeMap<String, Vec<TableName>> = BTreeMap::new();
+        for table in engine.list_tables().await? {
+            schemas
+                .entry(table.namespace.to_string())
+                .or_default()
+                .push(table.table);
+        }
+        Ok(Self {
+            schemas: schemas
+                .into_iter()
+                .filter_map(|(ns, tables)| {
+                    let namespace = NamespaceName::parse(&ns).ok()?;
+                    Some((
+                        ns,
+                        Arc::new(NamespaceSchema {
+                            engine: engine.clone(),
+                            namespace,
+                            tables,
+                        }),
+                    ))
+                })
+                .collect(),
+        })
+    }
+
+    /// Namespace → tables, sorted.
+    pub fn tables(&self) -> impl Iterator<Item = (&str, &[TableName])> {
+        self.schemas
+            .iter()
+            .map(|(ns, s)| (ns.as_str(), s.tables.as_slice()))
+    }
+}
+
+impl CatalogProvider for LakeCatalog {
+    fn schema_names(&self) -> Vec<String> {
+        self.schemas.keys().cloned().collect()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        self.schemas
+            .get(name)
+            .map(|s| s.clone() as Arc<dyn SchemaProvider>)
+    }
+}
+
+#[derive(Debug)]
+pub struct NamespaceSchema {
+    engine: Engine,
+    namespace: NamespaceName,
+    tables: Vec<TableName>,
+}
+
+#[async_trait]
+impl SchemaProvider for NamespaceSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.tables.iter().map(ToString::to_string).collect()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        let Some(table) = self.tables.iter().find(|t| t.as_str() == name) else {
+            return Ok(None);
+        };
+        let table = TableRef::new(self.namespace.clone(), table.clone());
+        match self.engine.open(&table, None).await {
+            Ok(dataset) => Ok(Some(Arc::new(LanceTableProvider::new(
+                Arc::new(dataset),
+                false,
+                false,
+            )))),
+            Err(EngineError::NotFound(_)) => Ok(None),
+            Err(e) => Err(DataFusionError::External(Box::new(e))),
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.tables.iter().any(|t| t.as_str() == name)
+    }
+}

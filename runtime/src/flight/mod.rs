@@ -1,0 +1,44 @@
+//! Arrow Flight SQL endpoints of the query and metadata roles.
+
+mod catalog;
+mod service;
+mod sql;
+mod wire;
+
+use std::net::SocketAddr;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub use service::{LakeFlightSql, Role};
+
+/// Inbound message limit: DoPut carries data, larger than tonic's 4 MiB default.
+const MAX_DECODING: usize = 256 * 1024 * 1024;
+
+/// A bound listener, ready to serve.
+pub struct Bound {
+    listener: TcpListener,
+    pub addr: SocketAddr,
+}
+
+/// Binds `addr` (port 0 picks a free port).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<Bound> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    Ok(Bound { listener, addr })
+}
+
+/// Serves `role` on `bound` until `shutdown` completes.
+pub async fn serve(
+    bound: Bound,
+    role: Role,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let service =
+        FlightServiceServer::new(LakeFlightSql::new(role)).max_decoding_message_size(MAX_DECODING);
+    tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(bound.listener), shutdown)
+        .await
+}

@@ -1,0 +1,710 @@
+//! The Arrow Flight SQL service of both roles.
+//!
+//! Query serves reads only: every write (update, ingest, DDL) is refused with PERMISSION_DENIED
+//! naming the metadata endpoint, before anything is planned against storage. Metadata serves the
+//! same reads plus DDL and DML, each write one Lance commit.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::DoPutPreparedStatementResult;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
+    CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery,
+    CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
+};
+use arrow_flight::{
+    Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket,
+};
+use datafusion::common::ScalarValue;
+use datafusion::prelude::SessionContext;
+use futures::{Stream, StreamExt, TryStreamExt, stream};
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use super::catalog::{CATALOG, LakeCatalog};
+use super::sql::{self, Planned, Write};
+use super::wire::{to_wire, wire_schema};
+use crate::catalog::CatalogError;
+use crate::context::{ContextError, MetadataContext, QueryContext};
+use crate::engine::{Engine, EngineError};
+
+/// The most bytes of one FlightData message.
+const MAX_FLIGHT_DATA: usize = 2 * 1024 * 1024;
+
+/// What a service serves.
+#[derive(Debug, Clone)]
+pub enum Role {
+    Query {
+        context: QueryContext,
+        /// Where clients are sent for writes.
+        metadata_endpoint: Option<String>,
+    },
+    Metadata(Arc<MetadataContext>),
+}
+
+#[derive(Clone)]
+pub struct LakeFlightSql {
+    role: Role,
+    sql_info: Arc<SqlInfoData>,
+}
+
+impl std::fmt::Debug for LakeFlightSql {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LakeFlightSql")
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
+
+/// A statement handle: the SQL (planned again on DoGet, so servers stay stateless), or the row
+/// count of a write already done at GetFlightInfo (ADBC sends DDL as a query).
+#[derive(serde::Serialize, serde::Deserialize)]
+enum Handle {
+    Sql(String),
+    /// A prepared statement with bound parameters (one row, as an Arrow IPC stream).
+    Bound {
+        sql: String,
+        params: Vec<u8>,
+    },
+    Done(i64),
+}
+
+fn params_to_ipc(batch: &RecordBatch) -> Result<Vec<u8>, Status> {
+    let mut bytes = Vec::new();
+    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema())
+        .map_err(|e| Status::internal(e.to_string()))?;
+    writer
+        .write(batch)
+        .map_err(|e| Status::internal(e.to_string()))?;
+    writer
+        .finish()
+        .map_err(|e| Status::internal(e.to_string()))?;
+    drop(writer);
+    Ok(bytes)
+}
+
+fn params_from_ipc(bytes: &[u8]) -> Result<Vec<ScalarValue>, Status> {
+    let bad = |e: String| Status::invalid_argument(format!("bad bound parameters: {e}"));
+    let mut reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+        .map_err(|e| bad(e.to_string()))?;
+    let batch = reader
+        .next()
+        .transpose()
+        .map_err(|e| bad(e.to_string()))?
+        .ok_or_else(|| bad("no parameter row".into()))?;
+    batch
+        .columns()
+        .iter()
+        .map(|c| ScalarValue::try_from_array(c, 0).map_err(|e| bad(e.to_string())))
+        .collect()
+}
+
+impl Handle {
+    /// The SQL and bound parameters of a statement handle.
+    fn statement(self) -> Result<(String, Option<Vec<ScalarValue>>), Status> {
+        match self {
+            Handle::Sql(sql) => Ok((sql, None)),
+            Handle::Bound { sql, params } => Ok((sql, Some(params_from_ipc(&params)?))),
+            Handle::Done(_) => Err(Status::invalid_argument("unknown prepared statement")),
+        }
+    }
+}
+
+fn encode_handle(handle: &Handle) -> Vec<u8> {
+    serde_json::to_vec(handle).unwrap_or_default()
+}
+
+fn decode_handle(bytes: &[u8]) -> Result<Handle, Status> {
+    serde_json::from_slice(bytes).map_err(|_| Status::invalid_argument("unknown statement handle"))
+}
+
+fn rows_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "rows",
+        DataType::Int64,
+        false,
+    )]))
+}
+
+fn engine_status(e: EngineError) -> Status {
+    match e {
+        EngineError::NotFound(t) => Status::not_found(format!("table {t} does not exist")),
+        EngineError::AlreadyExists(t) => {
+            Status::already_exists(format!("table {t} already exists"))
+        }
+        other => Status::internal(other.to_string()),
+    }
+}
+
+fn context_status(e: ContextError) -> Status {
+    match e {
+        ContextError::Catalog(CatalogError::NoSuchTable(ns, t)) => {
+            Status::not_found(format!("table {ns}.{t} does not exist"))
+        }
+        ContextError::Catalog(CatalogError::NoSuchNamespace(ns)) => {
+            Status::not_found(format!("schema {ns} does not exist"))
+        }
+        ContextError::Catalog(CatalogError::TableExists(ns, t)) => {
+            Status::already_exists(format!("table {ns}.{t} already exists"))
+        }
+        ContextError::Catalog(CatalogError::NamespaceExists(ns)) => {
+            Status::already_exists(format!("schema {ns} already exists"))
+        }
+        ContextError::Catalog(CatalogError::Name(e)) => Status::invalid_argument(e.to_string()),
+        ContextError::Engine(e) => engine_status(*e),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+impl LakeFlightSql {
+    pub fn new(role: Role) -> Self {
+        let read_only = matches!(role, Role::Query { .. });
+        let mut info = SqlInfoDataBuilder::new();
+        info.append(SqlInfo::FlightSqlServerName, "lake");
+        info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+        info.append(SqlInfo::FlightSqlServerArrowVersion, "58");
+        info.append(SqlInfo::FlightSqlServerReadOnly, read_only);
+        info.append(SqlInfo::FlightSqlServerSql, true);
+        info.append(SqlInfo::FlightSqlServerSubstrait, false);
+        info.append(SqlInfo::FlightSqlServerTransaction, 0i32);
+        info.append(SqlInfo::FlightSqlServerCancel, false);
+        info.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+        info.append(SqlInfo::SqlDdlCatalog, false);
+        info.append(SqlInfo::SqlDdlSchema, !read_only);
+        info.append(SqlInfo::SqlDdlTable, !read_only);
+        // SqlInfoDataBuilder::build only fails on inconsistent union types, impossible above.
+        let sql_info = Arc::new(info.build().expect("static SqlInfo is valid"));
+        Self { role, sql_info }
+    }
+
+    fn engine(&self) -> &Engine {
+        match &self.role {
+            Role::Query { context, .. } => context.engine(),
+            Role::Metadata(context) => context.engine().reader(),
+        }
+    }
+
+    /// The metadata context, or PERMISSION_DENIED naming where writes go.
+    fn writer(&self) -> Result<&MetadataContext, Status> {
+        match &self.role {
+            Role::Metadata(context) => Ok(context),
+            Role::Query {
+                metadata_endpoint, ..
+            } => Err(Status::permission_denied(format!(
+                "this is the read-only query endpoint; send writes to the metadata endpoint{}",
+                metadata_endpoint
+                    .as_deref()
+                    .map(|e| format!(" {e}"))
+                    .unwrap_or_default()
+            ))),
+        }
+    }
+
+    async fn session(&self) -> Result<SessionContext, Status> {
+        sql::session(self.engine()).await
+    }
+
+    /// Performs a write; returns affected rows.
+    async fn write(&self, ctx: &SessionContext, write: Write) -> Result<i64, Status> {
+        let metadata = self.writer()?;
+        match write {
+            Write::CreateSchema {
+                namespace,
+                if_not_exists,
+            } => match metadata.registry().create_namespace(&namespace).await {
+                Err(CatalogError::NamespaceExists(_)) if if_not_exists => Ok(0),
+                other => other.map(|_| 0).map_err(|e| context_status(e.into())),
+            },
+            Write::CreateTable {
+                table,
+                schema,
+                if_not_exists,
+                rows,
+            } => {
+                let batches = match rows {
+                    Some(plan) => collect(ctx, plan, &schema).await?,
+                    None => vec![RecordBatch::new_empty(schema.clone())],
+                };
+                let count = batches.iter().map(|b| b.num_rows() as i64).sum();
+                match metadata.create_table(&table, schema, batches).await {
+                    Err(ContextError::Catalog(CatalogError::TableExists(..))) if if_not_exists => {
+                        Ok(0)
+                    }
+                    other => other.map(|_| count).map_err(context_status),
+                }
+            }
+            Write::DropTable { table, if_exists } => match metadata.drop_table(&table).await {
+                Err(ContextError::Catalog(CatalogError::NoSuchTable(..))) if if_exists => Ok(0),
+                other => other.map(|_| 0).map_err(context_status),
+            },
+            Write::Insert { table, rows } => {
+                let entry = metadata
+                    .registry()
+                    .get_table(&table.namespace, &table.table)
+                    .await
+                    .map_err(|e| context_status(e.into()))?;
+                let batches = collect(ctx, rows, &entry.schema).await?;
+                let committed = metadata
+                    .engine()
+                    .append(&table, entry.schema.clone(), batches)
+                    .await
+                    .map_err(engine_status)?;
+                Ok(committed.rows as i64)
+            }
+            Write::Delete { table, predicate } => {
+                let predicate = predicate.unwrap_or_else(|| "true".to_owned());
+                let committed = metadata
+                    .engine()
+                    .delete(&table, &predicate)
+                    .await
+                    .map_err(engine_status)?;
+                Ok(committed.rows as i64)
+            }
+        }
+    }
+
+    /// Plans `sql`; writes are executed (metadata) or refused (query) right here.
+    async fn statement_info(
+        &self,
+        handle: Handle,
+        descriptor: FlightDescriptor,
+    ) -> Result<FlightInfo, Status> {
+        let ctx = self.session().await?;
+        let (sql, params) = match &handle {
+            Handle::Sql(sql) => (sql.clone(), None),
+            Handle::Bound { sql, params } => (sql.clone(), Some(params_from_ipc(params)?)),
+            Handle::Done(_) => return Err(Status::invalid_argument("unknown statement handle")),
+        };
+        let (schema, handle) = match sql::plan(&ctx, &sql, params).await? {
+            Planned::Read(plan) => (wire_schema(plan.schema().as_arrow()), handle),
+            Planned::Write(write) => (rows_schema(), Handle::Done(self.write(&ctx, write).await?)),
+        };
+        let ticket = TicketStatementQuery {
+            statement_handle: encode_handle(&handle).into(),
+        };
+        let endpoint =
+            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+        FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))
+            .map(|info| info.with_endpoint(endpoint).with_descriptor(descriptor))
+    }
+
+    async fn stream_handle(&self, handle: &[u8]) -> Result<Response<DoGetStream>, Status> {
+        match decode_handle(handle)? {
+            Handle::Done(rows) => {
+                let schema = rows_schema();
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(arrow::array::Int64Array::from(vec![rows]))],
+                )
+                .map_err(|e| Status::internal(e.to_string()))?;
+                Ok(Response::new(encode(
+                    schema,
+                    stream::iter([Ok(batch)]).boxed(),
+                )))
+            }
+            handle => {
+                let (sql, params) = handle.statement()?;
+                let ctx = self.session().await?;
+                let Planned::Read(plan) = sql::plan(&ctx, &sql, params).await? else {
+                    return Err(Status::invalid_argument(
+                        "a write cannot be fetched; it ran when planned",
+                    ));
+                };
+                let schema = wire_schema(plan.schema().as_arrow());
+                let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
+                // Dropping the response stream drops this DataFusion stream: the work stops.
+                let batches = frame.execute_stream().await.map_err(sql::status)?;
+                let target = schema.clone();
+                let wire = batches
+                    .map_err(|e| arrow_flight::error::FlightError::ExternalError(Box::new(e)))
+                    .and_then(move |batch| {
+                        let target = target.clone();
+                        async move {
+                            to_wire(batch, &target).map_err(arrow_flight::error::FlightError::from)
+                        }
+                    })
+                    .boxed();
+                Ok(Response::new(encode(schema, wire)))
+            }
+        }
+    }
+
+    fn metadata_info(
+        schema: &Schema,
+        ticket: Vec<u8>,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let info = FlightInfo::new()
+            .try_with_schema(schema)
+            .map_err(|e| Status::internal(e.to_string()))?
+            .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
+            .with_descriptor(descriptor);
+        Ok(Response::new(info))
+    }
+
+    async fn catalog(&self) -> Result<LakeCatalog, Status> {
+        LakeCatalog::load(self.engine())
+            .await
+            .map_err(engine_status)
+    }
+}
+
+type FlightBatches =
+    futures::stream::BoxStream<'static, Result<RecordBatch, arrow_flight::error::FlightError>>;
+
+fn encode(schema: SchemaRef, batches: FlightBatches) -> DoGetStream {
+    FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .with_max_flight_data_size(MAX_FLIGHT_DATA)
+        .build(batches)
+        .map_err(Status::from)
+        .boxed()
+}
+
+fn single(
+    batch: Result<RecordBatch, arrow_flight::error::FlightError>,
+    schema: SchemaRef,
+) -> Response<DoGetStream> {
+    Response::new(encode(schema, stream::iter([batch]).boxed()))
+}
+
+/// Runs a plan that produces rows to write, cast to the target schema.
+async fn collect(
+    ctx: &SessionContext,
+    plan: datafusion::logical_expr::LogicalPlan,
+    target: &SchemaRef,
+) -> Result<Vec<RecordBatch>, Status> {
+    let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
+    let batches = frame.collect().await.map_err(sql::status)?;
+    batches
+        .into_iter()
+        .map(|b| {
+            let columns = b
+                .columns()
+                .iter()
+                .zip(target.fields())
+                .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+                .collect::<Result<Vec<_>, _>>()?;
+            RecordBatch::try_new(target.clone(), columns)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| Status::invalid_argument(format!("the rows do not match the table: {e}")))
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for LakeFlightSql {
+    type FlightService = LakeFlightSql;
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Ok(Response::new(
+            self.statement_info(Handle::Sql(query.query), request.into_inner())
+                .await?,
+        ))
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.stream_handle(&ticket.statement_handle).await
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        command: CommandStatementUpdate,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        self.writer()?;
+        let ctx = self.session().await?;
+        match sql::plan(&ctx, &command.query, None).await? {
+            Planned::Write(write) => self.write(&ctx, write).await,
+            Planned::Read(_) => Err(Status::invalid_argument(
+                "this is a query; execute it as a query, not an update",
+            )),
+        }
+    }
+
+    async fn do_put_statement_ingest(
+        &self,
+        _command: CommandStatementIngest,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        self.writer()?;
+        Err(Status::unimplemented(
+            "bulk ingest is not supported yet; use INSERT INTO",
+        ))
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        command: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        self.writer()?;
+        let bound: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
+            request
+                .into_inner()
+                .map_err(arrow_flight::error::FlightError::from),
+        )
+        .try_collect()
+        .await
+        .map_err(|e| Status::invalid_argument(format!("bad parameters: {e}")))?;
+        if bound.iter().any(|b| b.num_rows() > 0) {
+            return Err(Status::unimplemented(
+                "parameterised writes are not supported yet; inline the values",
+            ));
+        }
+        let (sql, params) = decode_handle(&command.prepared_statement_handle)?.statement()?;
+        let ctx = self.session().await?;
+        match sql::plan(&ctx, &sql, params).await? {
+            Planned::Write(write) => self.write(&ctx, write).await,
+            Planned::Read(_) => Err(Status::invalid_argument(
+                "this is a query; execute it as a query, not an update",
+            )),
+        }
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let ctx = self.session().await?;
+        let schema = match sql::plan(&ctx, &query.query, None).await? {
+            Planned::Read(plan) => wire_schema(plan.schema().as_arrow()),
+            Planned::Write(_) => {
+                self.writer()?;
+                rows_schema()
+            }
+        };
+        let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &Default::default())
+            .try_into()
+            .map_err(|e: arrow::error::ArrowError| Status::internal(e.to_string()))?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: encode_handle(&Handle::Sql(query.query)).into(),
+            dataset_schema,
+            parameter_schema: Default::default(),
+        })
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let (sql, _) = decode_handle(&query.prepared_statement_handle)?.statement()?;
+        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
+            request
+                .into_inner()
+                .map_err(arrow_flight::error::FlightError::from),
+        )
+        .try_collect()
+        .await
+        .map_err(|e| Status::invalid_argument(format!("bad parameters: {e}")))?;
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        let handle = match (rows, batches.into_iter().find(|b| b.num_rows() > 0)) {
+            (0, _) | (_, None) => Handle::Sql(sql),
+            (1, Some(batch)) => Handle::Bound {
+                sql,
+                params: params_to_ipc(&batch)?,
+            },
+            (n, _) => {
+                return Err(Status::invalid_argument(format!(
+                    "a query binds one row of parameters, got {n}"
+                )));
+            }
+        };
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(encode_handle(&handle).into()),
+        })
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        _query: ActionClosePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<(), Status> {
+        Ok(())
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let handle = decode_handle(&query.prepared_statement_handle)?;
+        Ok(Response::new(
+            self.statement_info(handle, request.into_inner()).await?,
+        ))
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.stream_handle(&query.prepared_statement_handle).await
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder(&self.sql_info).schema();
+        Self::metadata_info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let builder = query.into_builder(&self.sql_info);
+        let schema = builder.schema();
+        Ok(single(builder.build(), schema))
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        Self::metadata_info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder = query.into_builder();
+        builder.append(CATALOG);
+        let schema = builder.schema();
+        Ok(single(builder.build(), schema))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        Self::metadata_info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let catalog = self.catalog().await?;
+        let mut builder = query.into_builder();
+        for (ns, _) in catalog.tables() {
+            builder.append(CATALOG, ns);
+        }
+        let schema = builder.schema();
+        Ok(single(builder.build(), schema))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        Self::metadata_info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let include_schema = query.include_schema;
+        let catalog = self.catalog().await?;
+        let mut builder = query.into_builder();
+        for (ns, tables) in catalog.tables() {
+            for table in tables {
+                let table_schema = if include_schema {
+                    let t = crate::engine::TableRef::new(
+                        crate::catalog::NamespaceName::parse(ns)
+                            .map_err(|e| Status::internal(e.to_string()))?,
+                        table.clone(),
+                    );
+                    let dataset = self.engine().open(&t, None).await.map_err(engine_status)?;
+                    wire_schema(&Schema::from(dataset.schema()))
+                } else {
+                    Arc::new(Schema::empty())
+                };
+                builder
+                    .append(CATALOG, ns, table.as_str(), "TABLE", &table_schema)
+                    .map_err(|e| Status::internal(e.to_string()))?;
+            }
+        }
+        let schema = builder.schema();
+        Ok(single(builder.build(), schema))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        Self::metadata_info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder = query.into_builder();
+        builder.append("TABLE");
+        let schema = builder.schema();
+        Ok(single(builder.build(), schema))
+    }
+}

@@ -1,0 +1,236 @@
+//! SQL → what to do: a read (a DataFusion plan) or one of the writes the metadata role performs.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::TableReference;
+use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+use std::ops::ControlFlow;
+
+use datafusion::common::ScalarValue;
+use datafusion::sql::sqlparser::ast::{
+    Expr, FromTable, Statement, TableFactor, Value, visit_expressions_mut,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use tonic::Status;
+
+use super::catalog::{CATALOG, LakeCatalog};
+use crate::catalog::{NamespaceName, TableName};
+use crate::engine::{Engine, TableRef};
+
+/// A write, decided from SQL before anything is touched.
+#[derive(Debug)]
+pub enum Write {
+    CreateSchema {
+        namespace: NamespaceName,
+        if_not_exists: bool,
+    },
+    CreateTable {
+        table: TableRef,
+        schema: SchemaRef,
+        if_not_exists: bool,
+        /// `CREATE TABLE … AS SELECT`: the rows to load.
+        rows: Option<LogicalPlan>,
+    },
+    DropTable {
+        table: TableRef,
+        if_exists: bool,
+    },
+    Insert {
+        table: TableRef,
+        rows: LogicalPlan,
+    },
+    Delete {
+        table: TableRef,
+        /// A SQL predicate; `None` deletes every row.
+        predicate: Option<String>,
+    },
+}
+
+#[derive(Debug)]
+pub enum Planned {
+    Read(LogicalPlan),
+    Write(Write),
+}
+
+/// A DataFusion session over `engine`'s warehouse, catalog `lake`.
+pub async fn session(engine: &Engine) -> Result<SessionContext, Status> {
+    let config = SessionConfig::new()
+        .with_default_catalog_and_schema(CATALOG, "default")
+        .with_create_default_catalog_and_schema(false)
+        .with_information_schema(true);
+    let ctx = SessionContext::new_with_config(config);
+    let catalog = LakeCatalog::load(engine)
+        .await
+        .map_err(|e| Status::unavailable(format!("cannot list the warehouse: {e}")))?;
+    ctx.register_catalog(CATALOG, Arc::new(catalog));
+    Ok(ctx)
+}
+
+/// Maps DataFusion errors to the gRPC codes clients rely on.
+pub fn status(e: DataFusionError) -> Status {
+    status_of(&e)
+}
+
+fn status_of(e: &DataFusionError) -> Status {
+    match e {
+        DataFusionError::Diagnostic(_, inner) => status_of(inner),
+        DataFusionError::Shared(inner) => status_of(inner),
+        DataFusionError::Collection(errors) if !errors.is_empty() => status_of(&errors[0]),
+        DataFusionError::Context(context, inner) => {
+            let inner = status_of(inner);
+            Status::new(inner.code(), format!("{context}: {}", inner.message()))
+        }
+        DataFusionError::SQL(e, _) => Status::invalid_argument(format!("SQL error: {e}")),
+        DataFusionError::Plan(msg) if msg.contains("not found") => Status::not_found(msg.clone()),
+        DataFusionError::Plan(msg) => Status::invalid_argument(msg.clone()),
+        DataFusionError::SchemaError(e, _) => Status::invalid_argument(e.to_string()),
+        DataFusionError::NotImplemented(msg) => Status::unimplemented(msg.clone()),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+fn table_ref(name: &TableReference) -> Result<TableRef, Status> {
+    let (catalog, schema, table) = match name {
+        TableReference::Full {
+            catalog,
+            schema,
+            table,
+        } => (
+            Some(catalog.as_ref()),
+            Some(schema.as_ref()),
+            table.as_ref(),
+        ),
+        TableReference::Partial { schema, table } => (None, Some(schema.as_ref()), table.as_ref()),
+        TableReference::Bare { table } => (None, None, table.as_ref()),
+    };
+    if let Some(catalog) = catalog.filter(|c| *c != CATALOG) {
+        return Err(Status::not_found(format!(
+            "catalog {catalog:?} does not exist; lake serves catalog {CATALOG:?}"
+        )));
+    }
+    let schema = schema.ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "table {table:?} needs a schema: write <schema>.{table}"
+        ))
+    })?;
+    let namespace =
+        NamespaceName::parse(schema).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let table = TableName::parse(table).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    Ok(TableRef::new(namespace, table))
+}
+
+/// Numbers `?` placeholders `$1`, `$2`, … in order (DataFusion binds positional parameters only).
+fn number_placeholders(statement: &mut DFStatement) {
+    if let DFStatement::Statement(statement) = statement {
+        let mut next = 0;
+        let _ = visit_expressions_mut(statement.as_mut(), |expr| {
+            if let Expr::Value(v) = expr
+                && let Value::Placeholder(p) = &mut v.value
+                && p == "?"
+            {
+                next += 1;
+                *p = format!("${next}");
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    }
+}
+
+fn parse_one(sql: &str) -> Result<DFStatement, Status> {
+    let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    match (statements.pop_front(), statements.is_empty()) {
+        (Some(statement), true) => Ok(statement),
+        (None, _) => Err(Status::invalid_argument("empty SQL statement")),
+        (Some(_), false) => Err(Status::invalid_argument("send one SQL statement at a time")),
+    }
+}
+
+/// Plans `sql` in `ctx`: a read, or a write (never executed here). `params` bind `?`/`$n`.
+pub async fn plan(
+    ctx: &SessionContext,
+    sql: &str,
+    params: Option<Vec<ScalarValue>>,
+) -> Result<Planned, Status> {
+    let mut statement = parse_one(sql)?;
+    number_placeholders(&mut statement);
+    // DELETE: Lance takes the predicate as SQL text.
+    if let DFStatement::Statement(boxed) = &statement
+        && let Statement::Delete(delete) = boxed.as_ref()
+    {
+        let tables = match &delete.from {
+            FromTable::WithFromKeyword(t) | FromTable::WithoutKeyword(t) => t,
+        };
+        let [from] = tables.as_slice() else {
+            return Err(Status::invalid_argument("DELETE takes exactly one table"));
+        };
+        let TableFactor::Table { name, .. } = &from.relation else {
+            return Err(Status::invalid_argument("DELETE FROM must name a table"));
+        };
+        if params.is_some() {
+            return Err(Status::unimplemented(
+                "parameterised writes are not supported yet; inline the values",
+            ));
+        }
+        let name = TableReference::from(name.to_string().as_str());
+        return Ok(Planned::Write(Write::Delete {
+            table: table_ref(&name)?,
+            predicate: delete.selection.as_ref().map(ToString::to_string),
+        }));
+    }
+    let plan = ctx
+        .state()
+        .statement_to_plan(statement)
+        .await
+        .map_err(status)?;
+    Ok(match plan {
+        LogicalPlan::Ddl(DdlStatement::CreateCatalogSchema(c)) => {
+            let name = c.schema_name.rsplit('.').next().unwrap_or_default();
+            Planned::Write(Write::CreateSchema {
+                namespace: NamespaceName::parse(name)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
+                if_not_exists: c.if_not_exists,
+            })
+        }
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
+            let schema: SchemaRef = Arc::new(c.input.schema().as_arrow().clone());
+            let rows = match c.input.as_ref() {
+                LogicalPlan::EmptyRelation(_) => None,
+                _ => Some(c.input.as_ref().clone()),
+            };
+            Planned::Write(Write::CreateTable {
+                table: table_ref(&c.name)?,
+                schema,
+                if_not_exists: c.if_not_exists,
+                rows,
+            })
+        }
+        LogicalPlan::Ddl(DdlStatement::DropTable(d)) => Planned::Write(Write::DropTable {
+            table: table_ref(&d.name)?,
+            if_exists: d.if_exists,
+        }),
+        LogicalPlan::Dml(DmlStatement {
+            table_name,
+            op: WriteOp::Insert(_),
+            input,
+            ..
+        }) => Planned::Write(Write::Insert {
+            table: table_ref(&table_name)?,
+            rows: input.as_ref().clone(),
+        }),
+        LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => {
+            return Err(Status::unimplemented(format!("not supported: {sql}")));
+        }
+        LogicalPlan::Statement(_) => {
+            return Err(Status::unimplemented(format!("not supported: {sql}")));
+        }
+        read => Planned::Read(match params {
+            Some(values) => read.with_param_values(values).map_err(status)?,
+            None => read,
+        }),
+    })
+}

@@ -1,0 +1,112 @@
+"""Client peers against a running `lake local`: ADBC Flight SQL (the Python DB-API driver) and raw
+pyarrow.flight. usage: adbc_suite.py QUERY_URL METADATA_URL. Exits non-zero on the first failure.
+"""
+
+import sys
+
+import adbc_driver_flightsql.dbapi as flightsql
+import adbc_driver_manager
+import pyarrow as pa
+import pyarrow.flight as flight
+
+QUERY, METADATA = sys.argv[1], sys.argv[2]
+passed = 0
+
+
+def check(name, condition, detail=""):
+    global passed
+    if not condition:
+        raise AssertionError(f"{name}: {detail}")
+    passed += 1
+    print(f"ok {name}")
+
+
+def expect_error(name, cursor, sql, code, fragment):
+    try:
+        cursor.execute(sql)
+        cursor.fetchall()
+    except adbc_driver_manager.Error as e:
+        text = str(e)
+        check(name, code in text and fragment in text, text)
+        return
+    raise AssertionError(f"{name}: {sql!r} succeeded")
+
+
+meta = flightsql.connect(METADATA, autocommit=True)
+query = flightsql.connect(QUERY, autocommit=True)
+
+with meta.cursor() as cur:
+    cur.execute("CREATE SCHEMA sales")
+    cur.fetchall()
+    cur.execute("CREATE TABLE sales.orders (id BIGINT, item VARCHAR, price DOUBLE)")
+    cur.fetchall()
+    cur.execute("INSERT INTO sales.orders VALUES (1, 'tea', 2.5), (2, 'cake', 4.0), (3, 'pie', 3.25)")
+    check("insert returns the row count", cur.fetchall() == [(3,)])
+    cur.execute("INSERT INTO sales.orders SELECT id + 10, item, price * 2 FROM sales.orders")
+    check("insert select", cur.fetchall() == [(3,)])
+    cur.execute("DELETE FROM sales.orders WHERE id = 2")
+    check("delete returns the row count", cur.fetchall() == [(1,)])
+    cur.execute("CREATE TABLE sales.gone (x INT)")
+    cur.fetchall()
+    cur.execute("DROP TABLE sales.gone")
+    cur.fetchall()
+    expect_error("duplicate table", cur, "CREATE TABLE sales.orders (x INT)", "ALREADY_EXISTS", "sales.orders")
+
+with query.cursor() as cur:
+    cur.execute("SELECT id, item, price FROM sales.orders ORDER BY id")
+    rows = cur.fetchall()
+    check("select sees every committed write", [r[0] for r in rows] == [1, 3, 11, 12, 13], rows)
+    cur.execute("SELECT item FROM sales.orders WHERE id > ? AND price < ? ORDER BY id", parameters=(1, 7.0))
+    rows = cur.fetchall()
+    check("prepared statement with parameters", rows == [("pie",), ("tea",), ("pie",)], rows)
+    cur.execute("SELECT count(*) AS n, sum(price) AS total FROM sales.orders")
+    check("aggregate", cur.fetchall() == [(5, 2.5 + 3.25 + 5.0 + 8.0 + 6.5)])
+    cur.execute("SELECT * FROM sales.orders WHERE id < 0")
+    table = cur.fetch_arrow_table()
+    check("empty result still has the schema", table.num_rows == 0 and table.schema.names == ["id", "item", "price"])
+    expect_error("bad SQL", cur, "SELEC 1", "INVALID_ARGUMENT", "SELEC")
+    expect_error("unknown table", cur, "SELECT * FROM sales.nope", "NOT_FOUND", "nope")
+    expect_error("insert on query", cur, "INSERT INTO sales.orders VALUES (9, 'x', 1.0)", "PermissionDenied", METADATA)
+    expect_error("DDL on query", cur, "CREATE TABLE sales.t2 (x INT)", "PermissionDenied", METADATA)
+    expect_error("delete on query", cur, "DELETE FROM sales.orders", "PermissionDenied", METADATA)
+
+for depth in ["catalogs", "db_schemas", "tables", "all"]:
+    objects = query.adbc_get_objects(depth=depth).read_all().to_pylist()
+    check(f"get_objects depth={depth}", objects[0]["catalog_name"] == "lake", objects)
+objects = query.adbc_get_objects(depth="all").read_all().to_pylist()
+tables = objects[0]["catalog_db_schemas"][0]["db_schema_tables"]
+check("get_objects lists tables", [t["table_name"] for t in tables] == ["orders"], tables)
+check("get_objects lists columns", [c["column_name"] for c in tables[0]["table_columns"]] == ["id", "item", "price"])
+schema = query.adbc_get_table_schema("orders", db_schema_filter="sales")
+check("table schema lookup", schema.names == ["id", "item", "price"] and schema.field("price").type == pa.float64(), schema)
+check("table types", query.adbc_get_table_types() == ["TABLE"])
+info = query.adbc_get_info()
+check("sql info names the server", info.get("vendor_name") == "lake", info)
+
+# A second client peer: raw pyarrow.flight, with hand-encoded Flight SQL commands.
+def pb_string(field, value):
+    data = value if isinstance(value, bytes) else value.encode()
+    length, out = len(data), bytearray()
+    while True:
+        byte = length & 0x7F
+        length >>= 7
+        out.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    return bytes([field << 3 | 2]) + bytes(out) + data
+
+
+def command(name, body=b""):
+    return pb_string(1, f"type.googleapis.com/arrow.flight.protocol.sql.{name}") + pb_string(2, body)
+
+
+client = flight.FlightClient(QUERY)
+info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetTables")))
+listed = client.do_get(info.endpoints[0].ticket).read_all().to_pylist()
+check("pyarrow.flight lists tables", [(t["db_schema_name"], t["table_name"]) for t in listed] == [("sales", "orders")], listed)
+info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, "SELECT id FROM sales.orders ORDER BY id"))))
+result = client.do_get(info.endpoints[0].ticket).read_all()
+check("pyarrow.flight reads a table", result.column("id").to_pylist() == [1, 3, 11, 12, 13])
+check("FlightInfo schema equals the DoGet schema", info.schema == result.schema, (info.schema, result.schema))
+
+print(f"{passed} passed, 0 failed")

@@ -123,20 +123,23 @@ async fn local(
         .map_err(|e| format!("cannot listen on {query_addr}: {e}"))?;
     let metadata_url = format!("grpc://{}", metadata_bound.addr);
     let query_url = format!("grpc://{}", query_bound.addr);
-    println!("lake local: data in {}", data.display());
-    println!("  query     {query_url}   (read-only SQL)");
-    println!("  metadata  {metadata_url}   (DDL, INSERT, DELETE)");
-    println!();
-    println!("Python (ADBC):");
-    println!("  import adbc_driver_flightsql.dbapi as flightsql");
-    println!("  with flightsql.connect(\"{metadata_url}\") as conn, conn.cursor() as cur:");
-    println!("      cur.execute(\"CREATE SCHEMA sales\")");
-    println!("      cur.execute(\"CREATE TABLE sales.orders (id BIGINT, item VARCHAR)\")");
-    println!("      cur.execute(\"INSERT INTO sales.orders VALUES (1, 'tea'), (2, 'cake')\")");
-    println!("  with flightsql.connect(\"{query_url}\") as conn, conn.cursor() as cur:");
-    println!("      cur.execute(\"SELECT * FROM sales.orders\"); print(cur.fetchall())");
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
+    // Nobody may be reading stdout (a closed pipe): the banner must never stop the servers.
+    let banner = format!(
+        "lake local: data in {data}\n  query     {query_url}   (read-only SQL)\n  metadata  {metadata_url}   (DDL, INSERT, DELETE, ingest)\n\n\
+         Python (ADBC):\n  import adbc_driver_flightsql.dbapi as flightsql\n  \
+         with flightsql.connect(\"{metadata_url}\") as conn, conn.cursor() as cur:\n      \
+         cur.execute(\"CREATE SCHEMA sales\")\n      \
+         cur.execute(\"CREATE TABLE sales.orders (id BIGINT, item VARCHAR)\")\n      \
+         cur.execute(\"INSERT INTO sales.orders VALUES (1, 'tea'), (2, 'cake')\")\n  \
+         with flightsql.connect(\"{query_url}\") as conn, conn.cursor() as cur:\n      \
+         cur.execute(\"SELECT * FROM sales.orders\"); print(cur.fetchall())",
+        data = data.display()
+    );
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{banner}").and_then(|()| out.flush());
+    }
 
     let query_role = Role::Query {
         context: query,

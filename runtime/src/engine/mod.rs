@@ -253,6 +253,31 @@ impl WriteEngine {
         })
     }
 
+    /// Replaces a table's rows (and schema) with `batches`, in one commit; older versions stay
+    /// readable by version number.
+    pub async fn overwrite(
+        &self,
+        table: &TableRef,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Committed, EngineError> {
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let _guard = self.lock(table).await;
+        let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
+        let params = self.engine.write_params(table, WriteMode::Overwrite);
+        let dataset = Dataset::write(
+            reader,
+            self.engine.warehouse.uri(table).as_str(),
+            Some(params),
+        )
+        .await
+        .map_err(Engine::lance_err("overwrite", table))?;
+        Ok(Committed {
+            version: dataset.version().version,
+            rows,
+        })
+    }
+
     /// Deletes the rows matching a SQL predicate, in one commit.
     pub async fn delete(
         &self,

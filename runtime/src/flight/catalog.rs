@@ -81,12 +81,20 @@ impl SchemaProvider for NamespaceSchema {
         self.tables.iter().map(ToString::to_string).collect()
     }
 
+    /// `name` or `name@v<N>` (time travel: the table as of version N).
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
-        let Some(table) = self.tables.iter().find(|t| t.as_str() == name) else {
+        let (base, version) = match name.rsplit_once("@v") {
+            Some((base, v)) => match v.parse::<u64>() {
+                Ok(v) => (base, Some(v)),
+                Err(_) => return Ok(None),
+            },
+            None => (name, None),
+        };
+        let Some(table) = self.tables.iter().find(|t| t.as_str() == base) else {
             return Ok(None);
         };
         let table = TableRef::new(self.namespace.clone(), table.clone());
-        match self.engine.open(&table, None).await {
+        match self.engine.open(&table, version).await {
             Ok(dataset) => Ok(Some(Arc::new(LanceTableProvider::new(
                 Arc::new(dataset),
                 false,

@@ -34,9 +34,9 @@ use tonic::{Request, Response, Status};
 use super::catalog::{CATALOG, LakeCatalog};
 use super::sql::{self, Planned, Write};
 use super::wire::{to_wire, wire_schema};
-use crate::catalog::CatalogError;
+use crate::catalog::{CatalogError, NamespaceName, TableName};
 use crate::context::{ContextError, MetadataContext, QueryContext};
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, TableRef};
 
 /// The most bytes of one FlightData message.
 const MAX_FLIGHT_DATA: usize = 2 * 1024 * 1024;
@@ -343,6 +343,105 @@ impl LakeFlightSql {
         }
     }
 
+    /// Bulk ingest (ADBC `adbc_ingest`): create, append, replace or create-append, one commit.
+    async fn ingest(
+        &self,
+        metadata: &MetadataContext,
+        command: CommandStatementIngest,
+        data: PeekableFlightDataStream,
+    ) -> Result<i64, Status> {
+        use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
+        if command.temporary || command.transaction_id.is_some() {
+            return Err(Status::unimplemented(
+                "temporary tables and transactions are not supported",
+            ));
+        }
+        if let Some(catalog) = command.catalog.as_deref().filter(|c| *c != CATALOG) {
+            return Err(Status::not_found(format!(
+                "catalog {catalog:?} does not exist; lake serves {CATALOG:?}"
+            )));
+        }
+        let namespace = command
+            .schema
+            .as_deref()
+            .ok_or_else(|| Status::invalid_argument("ingest needs a target schema (db_schema)"))
+            .and_then(|s| {
+                NamespaceName::parse(s).map_err(|e| Status::invalid_argument(e.to_string()))
+            })?;
+        let name = TableName::parse(&command.table)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let table = TableRef::new(namespace, name);
+        let options = command.table_definition_options.unwrap_or_default();
+        let (if_missing, if_exists) = (options.if_not_exist(), options.if_exists());
+
+        let mut stream = FlightRecordBatchStream::new_from_flight_data(
+            data.map_err(arrow_flight::error::FlightError::from),
+        );
+        let mut batches = Vec::new();
+        while let Some(batch) = stream
+            .try_next()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("bad ingest data: {e}")))?
+        {
+            batches.push(batch);
+        }
+        let schema = stream
+            .schema()
+            .cloned()
+            .or_else(|| batches.first().map(RecordBatch::schema))
+            .ok_or_else(|| Status::invalid_argument("ingest sent no schema"))?;
+        let rows: i64 = batches.iter().map(|b| b.num_rows() as i64).sum();
+
+        match metadata
+            .registry()
+            .get_table(&table.namespace, &table.table)
+            .await
+        {
+            Ok(entry) => match if_exists {
+                TableExistsOption::Append => {
+                    let batches = cast_all(batches, &entry.schema)?;
+                    metadata
+                        .engine()
+                        .append(&table, entry.schema.clone(), batches)
+                        .await
+                        .map_err(engine_status)?;
+                    Ok(rows)
+                }
+                TableExistsOption::Replace => {
+                    metadata
+                        .engine()
+                        .overwrite(&table, schema.clone(), batches)
+                        .await
+                        .map_err(engine_status)?;
+                    let mut entry = entry;
+                    entry.schema = schema;
+                    metadata
+                        .registry()
+                        .update_table(&entry)
+                        .await
+                        .map_err(|e| context_status(e.into()))?;
+                    Ok(rows)
+                }
+                TableExistsOption::Fail | TableExistsOption::Unspecified => Err(
+                    Status::already_exists(format!("table {table} already exists")),
+                ),
+            },
+            Err(CatalogError::NoSuchTable(..)) => match if_missing {
+                TableNotExistOption::Create => {
+                    metadata
+                        .create_table(&table, schema, batches)
+                        .await
+                        .map_err(context_status)?;
+                    Ok(rows)
+                }
+                TableNotExistOption::Fail | TableNotExistOption::Unspecified => {
+                    Err(Status::not_found(format!("table {table} does not exist")))
+                }
+            },
+            Err(e) => Err(context_status(e.into())),
+        }
+    }
+
     fn metadata_info(
         schema: &Schema,
         ticket: Vec<u8>,
@@ -390,6 +489,21 @@ async fn collect(
 ) -> Result<Vec<RecordBatch>, Status> {
     let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
     let batches = frame.collect().await.map_err(sql::status)?;
+    cast_all(batches, target)
+}
+
+/// Casts rows to a table's schema, column by column; a mismatch is the client's error.
+fn cast_all(batches: Vec<RecordBatch>, target: &SchemaRef) -> Result<Vec<RecordBatch>, Status> {
+    if let Some(b) = batches
+        .iter()
+        .find(|b| b.num_columns() != target.fields().len())
+    {
+        return Err(Status::invalid_argument(format!(
+            "the rows have {} columns, the table has {}",
+            b.num_columns(),
+            target.fields().len()
+        )));
+    }
     batches
         .into_iter()
         .map(|b| {
@@ -447,13 +561,11 @@ impl FlightSqlService for LakeFlightSql {
 
     async fn do_put_statement_ingest(
         &self,
-        _command: CommandStatementIngest,
-        _request: Request<PeekableFlightDataStream>,
+        command: CommandStatementIngest,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        self.writer()?;
-        Err(Status::unimplemented(
-            "bulk ingest is not supported yet; use INSERT INTO",
-        ))
+        let metadata = self.writer()?;
+        self.ingest(metadata, command, request.into_inner()).await
     }
 
     async fn do_put_prepared_statement_update(

@@ -52,6 +52,39 @@ with meta.cursor() as cur:
     cur.fetchall()
     expect_error("duplicate table", cur, "CREATE TABLE sales.orders (x INT)", "ALREADY_EXISTS", "sales.orders")
 
+points = pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": pa.array(["a", "b", "c"])})
+fewer = pa.table({"k": pa.array([7, 8], pa.int64()), "v": pa.array(["x", "y"])})
+
+
+def expect_ingest_error(name, cursor, table, data, mode, code):
+    try:
+        cursor.adbc_ingest(table, data, mode=mode, db_schema_name="sales")
+    except adbc_driver_manager.Error as e:
+        check(name, code in str(e), str(e))
+        return
+    raise AssertionError(f"{name}: ingest succeeded")
+
+
+with meta.cursor() as cur:
+    check("ingest create", cur.adbc_ingest("points", points, mode="create", db_schema_name="sales") == 3)
+    expect_ingest_error("ingest create over an existing table", cur, "points", points, "create", "ALREADY_EXISTS")
+    check("ingest append", cur.adbc_ingest("points", points, mode="append", db_schema_name="sales") == 3)
+    check("ingest replace", cur.adbc_ingest("points", fewer, mode="replace", db_schema_name="sales") == 2)
+    check("ingest create_append", cur.adbc_ingest("more", points, mode="create_append", db_schema_name="sales") == 3)
+    check("ingest create_append again", cur.adbc_ingest("more", points, mode="create_append", db_schema_name="sales") == 3)
+    expect_ingest_error("ingest append to a missing table", cur, "missing", points, "append", "NOT_FOUND")
+
+with query.cursor() as cur:
+    expect_ingest_error("ingest on query", cur, "points", points, "append", "PermissionDenied")
+    cur.execute("SELECT k FROM sales.points ORDER BY k")
+    check("replace left only the new rows", cur.fetchall() == [(7,), (8,)])
+    cur.execute('SELECT count(*) FROM sales."points@v1"')
+    check("time travel to version 1", cur.fetchall() == [(3,)])
+    cur.execute('SELECT count(*) FROM sales."points@v2"')
+    check("time travel to version 2", cur.fetchall() == [(6,)])
+    cur.execute("SELECT count(*) FROM sales.more")
+    check("create_append appended", cur.fetchall() == [(6,)])
+
 with query.cursor() as cur:
     cur.execute("SELECT id, item, price FROM sales.orders ORDER BY id")
     rows = cur.fetchall()
@@ -75,8 +108,9 @@ for depth in ["catalogs", "db_schemas", "tables", "all"]:
     check(f"get_objects depth={depth}", objects[0]["catalog_name"] == "lake", objects)
 objects = query.adbc_get_objects(depth="all").read_all().to_pylist()
 tables = objects[0]["catalog_db_schemas"][0]["db_schema_tables"]
-check("get_objects lists tables", [t["table_name"] for t in tables] == ["orders"], tables)
-check("get_objects lists columns", [c["column_name"] for c in tables[0]["table_columns"]] == ["id", "item", "price"])
+check("get_objects lists tables", [t["table_name"] for t in tables] == ["more", "orders", "points"], tables)
+orders = next(t for t in tables if t["table_name"] == "orders")
+check("get_objects lists columns", [c["column_name"] for c in orders["table_columns"]] == ["id", "item", "price"])
 schema = query.adbc_get_table_schema("orders", db_schema_filter="sales")
 check("table schema lookup", schema.names == ["id", "item", "price"] and schema.field("price").type == pa.float64(), schema)
 check("table types", query.adbc_get_table_types() == ["TABLE"])
@@ -103,7 +137,7 @@ def command(name, body=b""):
 client = flight.FlightClient(QUERY)
 info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetTables")))
 listed = client.do_get(info.endpoints[0].ticket).read_all().to_pylist()
-check("pyarrow.flight lists tables", [(t["db_schema_name"], t["table_name"]) for t in listed] == [("sales", "orders")], listed)
+check("pyarrow.flight lists tables", [(t["db_schema_name"], t["table_name"]) for t in listed] == [("sales", "more"), ("sales", "orders"), ("sales", "points")], listed)
 info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, "SELECT id FROM sales.orders ORDER BY id"))))
 result = client.do_get(info.endpoints[0].ticket).read_all()
 check("pyarrow.flight reads a table", result.column("id").to_pylist() == [1, 3, 11, 12, 13])

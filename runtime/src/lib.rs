@@ -7,4 +7,5 @@ pub mod engine;
 pub mod flight;
 pub mod manifest;
 pub mod provision;
+pub mod sql_client;
 pub mod store;

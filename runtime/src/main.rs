@@ -11,6 +11,7 @@ use lake_common::plan::{AuthorityPlan, AuthorityRequest, PlanFields, RolePlan, S
 use lake_runtime::aws::ConnectOptions;
 use lake_runtime::context::{MetadataContext, QueryContext};
 use lake_runtime::flight::{self, Role};
+use lake_runtime::sql_client::Format;
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +38,14 @@ enum Command {
     },
     /// Serve one role, configured by the LAKE_* environment (what the pods run).
     Serve,
+    /// Run one SQL statement against a Flight SQL endpoint and print the result.
+    Sql {
+        /// e.g. grpc://127.0.0.1:8815
+        endpoint: String,
+        sql: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
     /// Validate the LAKE_* configuration and print what this role would connect to, without
     /// connecting to anything.
     Plan,
@@ -66,6 +75,16 @@ fn main() -> ExitCode {
                 metadata_addr,
             } => local(&data, query_addr, metadata_addr).await,
             Command::Serve => serve().await,
+            Command::Sql {
+                endpoint,
+                sql,
+                format,
+            } => {
+                let mut out = std::io::stdout();
+                lake_runtime::sql_client::run(&endpoint, &sql, format, &mut out)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
             Command::Plan => Ok(()),
         }
     });

@@ -18,9 +18,9 @@ use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
     ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
-    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
-    CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery,
-    CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest,
+    CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket,
@@ -128,6 +128,18 @@ fn encode_handle(handle: &Handle) -> Vec<u8> {
 
 fn decode_handle(bytes: &[u8]) -> Result<Handle, Status> {
     serde_json::from_slice(bytes).map_err(|_| Status::invalid_argument("unknown statement handle"))
+}
+
+/// GetPrimaryKeys' result schema (Flight SQL spec). Lance tables have no primary keys.
+fn primary_keys_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("catalog_name", DataType::Utf8, true),
+        Field::new("db_schema_name", DataType::Utf8, true),
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("column_name", DataType::Utf8, false),
+        Field::new("key_name", DataType::Utf8, true),
+        Field::new("key_sequence", DataType::Int32, false),
+    ]))
 }
 
 fn rows_schema() -> SchemaRef {
@@ -794,6 +806,27 @@ impl FlightSqlService for LakeFlightSql {
         }
         let schema = builder.schema();
         Ok(single(builder.build(), schema))
+    }
+
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Self::metadata_info(
+            &primary_keys_schema(),
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        _query: CommandGetPrimaryKeys,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let schema = primary_keys_schema();
+        Ok(single(Ok(RecordBatch::new_empty(schema.clone())), schema))
     }
 
     async fn get_flight_info_table_types(

@@ -143,4 +143,13 @@ result = client.do_get(info.endpoints[0].ticket).read_all()
 check("pyarrow.flight reads a table", result.column("id").to_pylist() == [1, 3, 11, 12, 13])
 check("FlightInfo schema equals the DoGet schema", info.schema == result.schema, (info.schema, result.schema))
 
+info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetPrimaryKeys", pb_string(3, "orders"))))
+keys = client.do_get(info.endpoints[0].ticket).read_all()
+check("primary keys: none, with the spec's schema", keys.num_rows == 0 and keys.schema.names[:4] == ["catalog_name", "db_schema_name", "table_name", "column_name"], keys.schema)
+try:
+    client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetExportedKeys", pb_string(3, "orders"))))
+    raise AssertionError("exported keys should be unimplemented")
+except pa.ArrowNotImplementedError as e:  # pyarrow's mapping of gRPC UNIMPLEMENTED
+    check("unsupported requests answer UNIMPLEMENTED", "unimplemented" in str(e), str(e))
+
 print(f"{passed} passed, 0 failed")

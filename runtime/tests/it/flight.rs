@@ -69,3 +69,73 @@ fn adbc_and_pyarrow_flight_against_lake_local() {
     assert!(ok, "client suite failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
 }
+
+fn lake_sql(endpoint: &str, sql: &str, format: &str) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args(["sql", endpoint, sql, "--format", format])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn lake_sql_prints_every_format_and_clear_errors() {
+    let lake = LocalLake::start();
+    for statement in [
+        "CREATE SCHEMA shop",
+        "CREATE TABLE shop.items (id BIGINT, name VARCHAR)",
+        "INSERT INTO shop.items VALUES (1, 'tea'), (2, 'cake')",
+    ] {
+        let (ok, _, stderr) = lake_sql(&lake.metadata, statement, "table");
+        assert!(ok, "{statement}: {stderr}");
+    }
+    let query = "SELECT id, name FROM shop.items ORDER BY id";
+
+    let (ok, table, stderr) = lake_sql(&lake.query, query, "table");
+    assert!(ok, "{stderr}");
+    assert!(
+        table.contains("| id | name |") && table.contains("| 2  | cake |"),
+        "{table}"
+    );
+
+    let (ok, csv, _) = lake_sql(&lake.query, query, "csv");
+    assert!(ok);
+    assert_eq!(csv, "id,name\n1,tea\n2,cake\n");
+    let (ok, csv, _) = lake_sql(&lake.query, "SELECT id FROM shop.items WHERE id > 9", "csv");
+    assert!(ok);
+    assert_eq!(csv, "id\n", "an empty result still has its header");
+
+    let (ok, json, _) = lake_sql(&lake.query, query, "json");
+    assert!(ok);
+    assert_eq!(
+        json,
+        "{\"id\":1,\"name\":\"tea\"}\n{\"id\":2,\"name\":\"cake\"}\n"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args(["sql", &lake.query, query, "--format", "arrow"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let reader =
+        arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(out.stdout), None).unwrap();
+    let rows: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(rows, 2);
+
+    let (ok, _, stderr) = lake_sql(&lake.query, "SELEC 1", "table");
+    assert!(
+        !ok && stderr.contains("InvalidArgument") && stderr.contains("SELEC"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = lake_sql(&lake.query, "DROP TABLE shop.items", "table");
+    assert!(
+        !ok && stderr.contains("PermissionDenied") && stderr.contains(&lake.metadata),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = lake_sql("http://nowhere", "SELECT 1", "table");
+    assert!(!ok && stderr.contains("not a grpc:// URL"), "{stderr}");
+}

@@ -28,9 +28,11 @@ pub const LAKE_METADATA_ENDPOINT: &str = "LAKE_METADATA_ENDPOINT";
 pub const LAKE_AWS_REGION: &str = "LAKE_AWS_REGION";
 pub const LAKE_DYNAMODB_ENDPOINT: &str = "LAKE_DYNAMODB_ENDPOINT";
 pub const LAKE_S3_ENDPOINT: &str = "LAKE_S3_ENDPOINT";
+/// A file of accepted bearer tokens (a mounted Secret); unset means no authentication.
+pub const LAKE_TOKEN_FILE: &str = "LAKE_TOKEN_FILE";
 
 /// Every variable of the contract.
-pub const ALL_VARS: [&str; 11] = [
+pub const ALL_VARS: [&str; 12] = [
     LAKE_ROLE,
     LAKE_WAREHOUSE,
     LAKE_STAGE,
@@ -42,6 +44,7 @@ pub const ALL_VARS: [&str; 11] = [
     LAKE_AWS_REGION,
     LAKE_DYNAMODB_ENDPOINT,
     LAKE_S3_ENDPOINT,
+    LAKE_TOKEN_FILE,
 ];
 
 /// The port each role listens on unless `LAKE_FLIGHT_ADDR` says otherwise.
@@ -61,6 +64,8 @@ pub struct RuntimeConfig {
     pub flight_addr: SocketAddr,
     /// Where query tells clients to send writes.
     pub metadata_endpoint: Option<String>,
+    /// The file of accepted bearer tokens; `None`: no authentication.
+    pub token_file: Option<String>,
 }
 
 /// A configuration read from the environment, plus the `LAKE_*` names it did not recognise
@@ -97,6 +102,7 @@ impl RuntimeConfig {
             cluster_id,
             flight_addr,
             metadata_endpoint,
+            token_file: None,
         }
     }
 
@@ -137,6 +143,9 @@ impl RuntimeConfig {
         vars.insert(LAKE_FLIGHT_ADDR, self.flight_addr.to_string());
         if let Some(e) = &self.metadata_endpoint {
             vars.insert(LAKE_METADATA_ENDPOINT, e.clone());
+        }
+        if let Some(f) = &self.token_file {
+            vars.insert(LAKE_TOKEN_FILE, f.clone());
         }
         vars
     }
@@ -327,6 +336,7 @@ impl RuntimeConfig {
                 cluster_id: get(LAKE_CLUSTER_ID).map(str::to_owned),
                 flight_addr,
                 metadata_endpoint: get(LAKE_METADATA_ENDPOINT).map(str::to_owned),
+                token_file: get(LAKE_TOKEN_FILE).map(str::to_owned),
             },
             unknown,
         })
@@ -421,13 +431,14 @@ mod tests {
     fn rendered_config_round_trips_for_both_roles() {
         let plan = cloud_plan();
         for role in [Role::Query, Role::Metadata] {
-            let config = RuntimeConfig::for_role(
+            let mut config = RuntimeConfig::for_role(
                 &plan,
                 role,
                 Some("uid-1".into()),
                 addr(),
                 Some("grpc://metadata:8816".into()),
             );
+            config.token_file = Some("/var/run/secrets/lake/tokens".into());
             let parsed = RuntimeConfig::from_vars(config.to_vars()).unwrap();
             assert_eq!(parsed.config, config);
             assert!(parsed.unknown.is_empty());

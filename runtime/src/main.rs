@@ -10,7 +10,7 @@ use lake_common::config::RuntimeConfig;
 use lake_common::plan::{AuthorityPlan, AuthorityRequest, PlanFields, RolePlan, StorageRequest};
 use lake_runtime::aws::ConnectOptions;
 use lake_runtime::context::{MetadataContext, QueryContext};
-use lake_runtime::flight::{self, Role};
+use lake_runtime::flight::{self, Role, Tokens};
 use lake_runtime::sql_client::Format;
 
 #[derive(Parser)]
@@ -35,6 +35,9 @@ enum Command {
         query_addr: SocketAddr,
         #[arg(long, default_value = "127.0.0.1:8816")]
         metadata_addr: SocketAddr,
+        /// Require one of the bearer tokens in this file (one per line) on every call.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
     },
     /// Serve one role, configured by the LAKE_* environment (what the pods run).
     Serve,
@@ -45,6 +48,9 @@ enum Command {
         sql: String,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
+        /// A bearer token, for endpoints that require one.
+        #[arg(long, env = "LAKE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Validate the LAKE_* configuration and print what this role would connect to, without
     /// connecting to anything.
@@ -73,15 +79,17 @@ fn main() -> ExitCode {
                 data,
                 query_addr,
                 metadata_addr,
-            } => local(&data, query_addr, metadata_addr).await,
+                token_file,
+            } => local(&data, query_addr, metadata_addr, token_file.as_deref()).await,
             Command::Serve => serve().await,
             Command::Sql {
                 endpoint,
                 sql,
                 format,
+                token,
             } => {
                 let mut out = std::io::stdout();
-                lake_runtime::sql_client::run(&endpoint, &sql, format, &mut out)
+                lake_runtime::sql_client::run(&endpoint, &sql, format, token.as_deref(), &mut out)
                     .await
                     .map_err(|e| e.to_string())
             }
@@ -106,11 +114,19 @@ async fn shutdown_signal() {
     }
 }
 
+fn tokens(file: Option<&Path>) -> Result<Option<Tokens>, String> {
+    file.map(Tokens::from_file)
+        .transpose()
+        .map_err(|e| e.to_string())
+}
+
 async fn local(
     data: &Path,
     query_addr: SocketAddr,
     metadata_addr: SocketAddr,
+    token_file: Option<&Path>,
 ) -> Result<(), String> {
+    let tokens = tokens(token_file)?;
     std::fs::create_dir_all(data).map_err(|e| format!("cannot create {}: {e}", data.display()))?;
     let data = data
         .canonicalize()
@@ -166,8 +182,13 @@ async fn local(
     };
     let metadata_role = Role::Metadata(Arc::new(metadata));
     let (a, b) = tokio::join!(
-        flight::serve(metadata_bound, metadata_role, shutdown_signal()),
-        flight::serve(query_bound, query_role, shutdown_signal()),
+        flight::serve(
+            metadata_bound,
+            metadata_role,
+            tokens.clone(),
+            shutdown_signal()
+        ),
+        flight::serve(query_bound, query_role, tokens, shutdown_signal()),
     );
     a.and(b).map_err(|e| format!("serving failed: {e}"))
 }
@@ -179,6 +200,7 @@ async fn serve() -> Result<(), String> {
         tracing::warn!(variable = %name, "unknown LAKE_* variable ignored");
     }
     let config = parsed.config;
+    let tokens = tokens(config.token_file.as_deref().map(Path::new))?;
     let options = ConnectOptions::default();
     // Dispatch on the role before opening anything: query builds the minimal context only.
     let role = match &config.plan {
@@ -198,7 +220,7 @@ async fn serve() -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.flight_addr))?;
     tracing::info!(role = %config.plan.role(), addr = %bound.addr, "serving");
-    flight::serve(bound, role, shutdown_signal())
+    flight::serve(bound, role, tokens, shutdown_signal())
         .await
         .map_err(|e| format!("serving failed: {e}"))
 }

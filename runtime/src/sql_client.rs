@@ -59,6 +59,7 @@ pub async fn run(
     endpoint: &str,
     sql: &str,
     format: Format,
+    token: Option<&str>,
     out: &mut (dyn Write + Send),
 ) -> Result<(), SqlClientError> {
     let channel = Endpoint::from_shared(dial_url(endpoint)?)
@@ -70,6 +71,9 @@ pub async fn run(
             source,
         })?;
     let mut client = FlightSqlServiceClient::new(channel);
+    if let Some(token) = token {
+        client.set_token(token.to_owned());
+    }
     let info = client.execute(sql.to_owned(), None).await.map_err(server)?;
     let schema = std::sync::Arc::new(
         info.clone()

@@ -1,5 +1,6 @@
 //! Arrow Flight SQL endpoints of the query and metadata roles.
 
+mod auth;
 mod catalog;
 mod service;
 mod sql;
@@ -11,6 +12,7 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
+pub use auth::{TokenFileError, Tokens};
 pub use service::{LakeFlightSql, Role};
 
 /// Inbound message limit: DoPut carries data, larger than tonic's 4 MiB default.
@@ -29,16 +31,32 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<Bound> {
     Ok(Bound { listener, addr })
 }
 
-/// Serves `role` on `bound` until `shutdown` completes.
+/// Serves `role` on `bound` until `shutdown` completes; with `tokens`, every call must present
+/// one of them.
 pub async fn serve(
     bound: Bound,
     role: Role,
+    tokens: Option<Tokens>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let service =
-        FlightServiceServer::new(LakeFlightSql::new(role)).max_decoding_message_size(MAX_DECODING);
-    tonic::transport::Server::builder()
-        .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(bound.listener), shutdown)
-        .await
+    let incoming = TcpListenerStream::new(bound.listener);
+    let service = FlightServiceServer::new(LakeFlightSql::new(role, tokens.clone()))
+        .max_decoding_message_size(MAX_DECODING);
+    let mut server = tonic::transport::Server::builder();
+    match tokens {
+        Some(tokens) => {
+            let service =
+                tonic::service::interceptor::InterceptedService::new(service, tokens.interceptor());
+            server
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+        None => {
+            server
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+    }
 }

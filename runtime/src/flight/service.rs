@@ -25,11 +25,14 @@ use arrow_flight::sql::{
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket,
 };
+use arrow_flight::{HandshakeRequest, HandshakeResponse};
 use datafusion::common::ScalarValue;
 use datafusion::prelude::SessionContext;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use prost::Message;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::auth::Tokens;
 
 use super::catalog::{CATALOG, LakeCatalog};
 use super::sql::{self, Planned, Write};
@@ -56,6 +59,7 @@ pub enum Role {
 pub struct LakeFlightSql {
     role: Role,
     sql_info: Arc<SqlInfoData>,
+    tokens: Option<Tokens>,
 }
 
 impl std::fmt::Debug for LakeFlightSql {
@@ -181,7 +185,7 @@ fn context_status(e: ContextError) -> Status {
 }
 
 impl LakeFlightSql {
-    pub fn new(role: Role) -> Self {
+    pub fn new(role: Role, tokens: Option<Tokens>) -> Self {
         let read_only = matches!(role, Role::Query { .. });
         let mut info = SqlInfoDataBuilder::new();
         info.append(SqlInfo::FlightSqlServerName, "lake");
@@ -198,7 +202,11 @@ impl LakeFlightSql {
         info.append(SqlInfo::SqlDdlTable, !read_only);
         // SqlInfoDataBuilder::build only fails on inconsistent union types, impossible above.
         let sql_info = Arc::new(info.build().expect("static SqlInfo is valid"));
-        Self { role, sql_info }
+        Self {
+            role,
+            sql_info,
+            tokens,
+        }
     }
 
     fn engine(&self) -> &Engine {
@@ -536,6 +544,35 @@ impl FlightSqlService for LakeFlightSql {
     type FlightService = LakeFlightSql;
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+
+    /// Basic credentials (the password is a token) → `authorization: Bearer <token>`, as JDBC and
+    /// ADBC expect. Without configured tokens, authentication is off and Handshake is a no-op.
+    async fn do_handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        let token = match &self.tokens {
+            Some(tokens) => tokens.authenticate(request.metadata())?,
+            None => String::new(),
+        };
+        let reply = HandshakeResponse {
+            protocol_version: 0,
+            payload: token.clone().into(),
+        };
+        let mut response: Response<
+            Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>,
+        > = Response::new(Box::pin(stream::iter([Ok(reply)])));
+        if !token.is_empty() {
+            let header = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| Status::internal("the token is not a valid header value"))?;
+            response.metadata_mut().insert("authorization", header);
+        }
+        Ok(response)
+    }
 
     async fn get_flight_info_statement(
         &self,

@@ -16,6 +16,10 @@ struct LocalLake {
 
 impl LocalLake {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_lake"))
             .args(["local", "--data"])
@@ -26,6 +30,7 @@ impl LocalLake {
                 "--metadata-addr",
                 "127.0.0.1:0",
             ])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -71,8 +76,19 @@ fn adbc_and_pyarrow_flight_against_lake_local() {
 }
 
 fn lake_sql(endpoint: &str, sql: &str, format: &str) -> (bool, String, String) {
+    lake_sql_with(endpoint, sql, format, &[])
+}
+
+fn lake_sql_with(
+    endpoint: &str,
+    sql: &str,
+    format: &str,
+    extra: &[&str],
+) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_lake"))
         .args(["sql", endpoint, sql, "--format", format])
+        .args(extra)
+        .env_remove("LAKE_TOKEN")
         .output()
         .unwrap();
     (
@@ -138,4 +154,28 @@ fn lake_sql_prints_every_format_and_clear_errors() {
     );
     let (ok, _, stderr) = lake_sql("http://nowhere", "SELECT 1", "table");
     assert!(!ok && stderr.contains("not a grpc:// URL"), "{stderr}");
+}
+
+#[test]
+fn tokens_are_required_when_configured() {
+    let secrets = tempfile::tempdir().unwrap();
+    let token_file = secrets.path().join("tokens");
+    let token = "t0k3n-for-tests";
+    std::fs::write(&token_file, format!("# lake clients\n{token}\n")).unwrap();
+    let lake = LocalLake::start_with(&["--token-file", token_file.to_str().unwrap()]);
+
+    let (ok, stdout, stderr) = python(&["runtime/tests/it/auth_suite.py", &lake.query, token]);
+    assert!(ok, "auth suite failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+
+    let (ok, _, stderr) = lake_sql(&lake.query, "SELECT 1", "csv");
+    assert!(!ok && stderr.contains("Unauthenticated"), "{stderr}");
+    assert!(
+        !stderr.contains(token),
+        "the token leaked into an error: {stderr}"
+    );
+    let (ok, stdout, stderr) =
+        lake_sql_with(&lake.query, "SELECT 1 AS one", "csv", &["--token", token]);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "one\n1\n");
 }

@@ -20,7 +20,11 @@ impl LocalLake {
     }
 
     fn start_with(extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), extra)
+    }
+
+    /// Starts on an existing data directory (e.g. after a restart).
+    fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_lake"))
             .args(["local", "--data"])
             .arg(dir.path())
@@ -53,6 +57,27 @@ impl LocalLake {
             metadata,
             _dir: dir,
         }
+    }
+}
+
+impl LocalLake {
+    /// Stops the server and hands back its data directory.
+    fn stop(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self._dir, dir)
+    }
+
+    /// The server's peak resident memory so far, in bytes (Linux `VmHWM`).
+    fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status");
+        kb * 1024
     }
 }
 
@@ -178,4 +203,58 @@ fn tokens_are_required_when_configured() {
         lake_sql_with(&lake.query, "SELECT 1 AS one", "csv", &["--token", token]);
     assert!(ok, "{stderr}");
     assert_eq!(stdout, "one\n1\n");
+}
+
+const READ_ALL: &str = r#"
+import sys, adbc_driver_flightsql.dbapi as flightsql
+with flightsql.connect(sys.argv[1], autocommit=True) as conn, conn.cursor() as cur:
+    cur.execute("SELECT * FROM big.t")
+    rows = batches = 0
+    for batch in cur.fetch_record_batch():
+        rows += batch.num_rows
+        batches += 1
+print(rows, batches)
+"#;
+
+#[test]
+fn ten_million_rows_stream_without_holding_the_result() {
+    const ROWS: u64 = 10_000_000;
+    // Four Int64 columns: the result is 320 MB of Arrow data.
+    const RESULT_BYTES: u64 = ROWS * 4 * 8;
+    let lake = LocalLake::start();
+    for statement in [
+        "CREATE SCHEMA big".to_owned(),
+        format!(
+            "CREATE TABLE big.t AS SELECT value AS id, value * 2 AS a, value * 3 AS b, value * 5 AS c FROM generate_series(1, {ROWS})"
+        ),
+    ] {
+        let (ok, _, stderr) = lake_sql(&lake.metadata, &statement, "csv");
+        assert!(ok, "{statement}: {stderr}");
+    }
+    // A fresh server, so its peak memory reflects the read alone.
+    let lake = LocalLake::start_in(lake.stop(), &[]);
+    let before = lake.peak_rss();
+    let (ok, stdout, stderr) = python(&["-c", READ_ALL, &lake.query]);
+    assert!(ok, "{stdout}{stderr}");
+    let counts: Vec<u64> = stdout
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(counts[0], ROWS, "every row arrives");
+    assert!(
+        counts[1] > 100,
+        "the result arrives in many batches, not one: {}",
+        counts[1]
+    );
+    let growth = lake.peak_rss().saturating_sub(before);
+    eprintln!(
+        "10M rows in {} batches; server peak RSS grew {} MB for a {} MB result",
+        counts[1],
+        growth >> 20,
+        RESULT_BYTES >> 20
+    );
+    assert!(
+        growth < RESULT_BYTES,
+        "the server's peak memory grew {growth} bytes, more than the whole {RESULT_BYTES}-byte result"
+    );
 }

@@ -23,7 +23,8 @@ use arrow_flight::sql::{
     CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket,
+    Action, ActionType, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc,
+    Ticket,
 };
 use arrow_flight::{HandshakeRequest, HandshakeResponse};
 use datafusion::common::ScalarValue;
@@ -699,6 +700,32 @@ impl FlightSqlService for LakeFlightSql {
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(encode_handle(&handle).into()),
         })
+    }
+
+    /// Flight-core session actions ADBC sends are tolerated; anything else is UNIMPLEMENTED.
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        match request.get_ref().r#type.as_str() {
+            // Sessions are stateless here: CloseSessionResult { status: CLOSED } (field 1 = 1).
+            "CloseSession" => {
+                let result = arrow_flight::Result {
+                    body: vec![0x08, 0x01].into(),
+                };
+                Ok(Response::new(Box::pin(stream::iter([Ok(result)]))))
+            }
+            other => Err(Status::unimplemented(format!(
+                "action {other:?} is not supported"
+            ))),
+        }
+    }
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
+        Some(vec![Ok(ActionType {
+            r#type: "CloseSession".into(),
+            description: "Close the session (lake keeps no session state)".into(),
+        })])
     }
 
     async fn do_action_close_prepared_statement(

@@ -152,4 +152,13 @@ try:
 except pa.ArrowNotImplementedError as e:  # pyarrow's mapping of gRPC UNIMPLEMENTED
     check("unsupported requests answer UNIMPLEMENTED", "unimplemented" in str(e), str(e))
 
+closed = list(client.do_action(flight.Action("CloseSession", b"")))
+check("CloseSession is tolerated", len(closed) == 1 and closed[0].body.to_pybytes() == b"\x08\x01", closed)
+try:
+    list(client.do_action(flight.Action("Reboot", b"")))
+    raise AssertionError("an unknown action succeeded")
+except pa.ArrowNotImplementedError as e:
+    check("unknown actions are UNIMPLEMENTED", "Reboot" in str(e), str(e))
+check("ListActions advertises CloseSession", "CloseSession" in [a.type for a in client.list_actions()])
+
 print(f"{passed} passed, 0 failed")

@@ -4,6 +4,7 @@ mod auth;
 mod catalog;
 mod service;
 mod sql;
+mod types;
 mod wire;
 
 use std::net::SocketAddr;

@@ -13,14 +13,15 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::DoPutPreparedStatementResult;
-use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfoData};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
     ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
     CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
-    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest,
-    CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
+    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt,
+    SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
     Action, ActionType, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc,
@@ -60,6 +61,7 @@ pub enum Role {
 pub struct LakeFlightSql {
     role: Role,
     sql_info: Arc<SqlInfoData>,
+    type_info: Arc<XdbcTypeInfoData>,
     tokens: Option<Tokens>,
 }
 
@@ -206,6 +208,7 @@ impl LakeFlightSql {
         Self {
             role,
             sql_info,
+            type_info: Arc::new(super::types::xdbc_type_info()),
             tokens,
         }
     }
@@ -868,6 +871,29 @@ impl FlightSqlService for LakeFlightSql {
                     .map_err(|e| Status::internal(e.to_string()))?;
             }
         }
+        let schema = builder.schema();
+        Ok(single(builder.build(), schema))
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder(&self.type_info).schema();
+        Self::metadata_info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let builder = query.into_builder(&self.type_info);
         let schema = builder.schema();
         Ok(single(builder.build(), schema))
     }

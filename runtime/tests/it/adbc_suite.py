@@ -152,6 +152,14 @@ try:
 except pa.ArrowNotImplementedError as e:  # pyarrow's mapping of gRPC UNIMPLEMENTED
     check("unsupported requests answer UNIMPLEMENTED", "unimplemented" in str(e), str(e))
 
+info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetXdbcTypeInfo")))
+types = client.do_get(info.endpoints[0].ticket).read_all().to_pylist()
+names = [t["type_name"] for t in types]
+check("xdbc type info lists the DDL types", {"BIGINT", "VARCHAR", "DOUBLE", "TIMESTAMP"} <= set(names), names)
+info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetXdbcTypeInfo", bytes([0x08, 0x0C]))))
+only = client.do_get(info.endpoints[0].ticket).read_all().to_pylist()
+check("xdbc type info filters by data type", [t["type_name"] for t in only] == ["VARCHAR"], only)
+
 closed = list(client.do_action(flight.Action("CloseSession", b"")))
 check("CloseSession is tolerated", len(closed) == 1 and closed[0].body.to_pybytes() == b"\x08\x01", closed)
 try:

@@ -880,7 +880,7 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandGetXdbcTypeInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let schema = query.clone().into_builder(&self.type_info).schema();
+        let schema = query.into_builder(&self.type_info).schema();
         Self::metadata_info(
             &schema,
             query.as_any().encode_to_vec(),

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::operation::{
 use lake_runtime::aws::ConnectOptions;
 use lake_runtime::context::{MetadataContext, QueryContext};
 
-use crate::support::{CloudLake, batch, credentials, options, schema, table};
+use crate::support::{CloudLake, credentials, seed, table};
 
 /// Records (action, table) of every DynamoDB call.
 #[derive(Debug, Default, Clone)]
@@ -67,24 +67,9 @@ impl Intercept for Recorder {
 #[tokio::test(flavor = "multi_thread")]
 async fn cloud_query_reads_only_the_manifest_table() {
     let lake = CloudLake::new().await;
-    let metadata = MetadataContext::open(&lake.plan.metadata(), Some(&lake.cluster), &options())
-        .await
-        .unwrap();
+    let metadata = lake.metadata().await;
     let t = table("sales", "orders");
-    metadata
-        .registry()
-        .create_namespace(&t.namespace)
-        .await
-        .unwrap();
-    metadata
-        .create_table(&t, schema(), vec![batch(0..10)])
-        .await
-        .unwrap();
-    metadata
-        .engine()
-        .append(&t, schema(), vec![batch(10..20)])
-        .await
-        .unwrap();
+    seed(&metadata, &t, &[0..10, 10..20]).await;
 
     let recorder = Recorder::default();
     let recording = ConnectOptions {

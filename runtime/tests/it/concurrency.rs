@@ -4,9 +4,7 @@
 
 use std::sync::Arc;
 
-use lake_runtime::context::MetadataContext;
-
-use crate::support::{CloudLake, batch, ids, options, schema, table};
+use crate::support::{CloudLake, batch, ids, schema, table};
 
 const WRITERS: i64 = 8;
 const COMMITS: i64 = 20;
@@ -15,11 +13,7 @@ const ROWS: i64 = 5;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_appenders_all_land() {
     let lake = CloudLake::new().await;
-    let open = || async {
-        MetadataContext::open(&lake.plan.metadata(), Some(&lake.cluster), &options())
-            .await
-            .unwrap()
-    };
+    let open = || async { lake.metadata().await };
     let metadata = open().await;
     let t = table("load", "events");
     metadata

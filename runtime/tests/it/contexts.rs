@@ -12,9 +12,7 @@ use crate::support::{CloudLake, REGION, batch, ids, options, schema, table};
 #[tokio::test(flavor = "multi_thread")]
 async fn cloud_round_trip_reads_through_the_query_plan_only() {
     let lake = CloudLake::new().await;
-    let metadata = MetadataContext::open(&lake.plan.metadata(), Some(&lake.cluster), &options())
-        .await
-        .unwrap();
+    let metadata = lake.metadata().await;
     let t = table("sales", "orders");
     metadata
         .registry()
@@ -47,9 +45,7 @@ async fn cloud_round_trip_reads_through_the_query_plan_only() {
     );
 
     // The query side gets the query plan and nothing else.
-    let query = QueryContext::open(&lake.plan.query(), Some(&lake.cluster), &options())
-        .await
-        .unwrap();
+    let query = lake.query().await;
     assert_eq!(query.engine().list_tables().await.unwrap(), vec![t.clone()]);
     let latest = query.engine().open(&t, None).await.unwrap();
     assert_eq!(ids(&latest).await, (10..200).collect::<Vec<_>>());

@@ -1,9 +1,8 @@
 //! Interoperability with Lance itself (pylance 14.0.2, `s3+ddb://`), both ways.
 
-use lake_runtime::context::{MetadataContext, QueryContext};
 use lake_testkit::python;
 
-use crate::support::{CloudLake, batch, ids, options, schema, table};
+use crate::support::{CloudLake, batch, ids, schema, seed, table};
 
 fn pylance(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["runtime/tests/it/pylance_peer.py"];
@@ -16,24 +15,9 @@ fn pylance(args: &[&str]) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn pylance_reads_our_commits_and_we_read_pylances() {
     let lake = CloudLake::new().await;
-    let metadata = MetadataContext::open(&lake.plan.metadata(), Some(&lake.cluster), &options())
-        .await
-        .unwrap();
+    let metadata = lake.metadata().await;
     let t = table("shared", "points");
-    metadata
-        .registry()
-        .create_namespace(&t.namespace)
-        .await
-        .unwrap();
-    metadata
-        .create_table(&t, schema(), vec![batch(0..50)])
-        .await
-        .unwrap();
-    metadata
-        .engine()
-        .append(&t, schema(), vec![batch(50..80)])
-        .await
-        .unwrap();
+    seed(&metadata, &t, &[0..50, 50..80]).await;
 
     let uri = lake.pylance_uri(&t);
     let opts = lake.pylance_options().to_string();
@@ -45,9 +29,7 @@ async fn pylance_reads_our_commits_and_we_read_pylances() {
     // pylance appends through Lance's own DynamoDB store; our query side sees it.
     let after = pylance(&["append", &uri, &opts, "1000", "20"]);
     assert_eq!(after["version"], 3);
-    let query = QueryContext::open(&lake.plan.query(), Some(&lake.cluster), &options())
-        .await
-        .unwrap();
+    let query = lake.query().await;
     let dataset = query.engine().open(&t, None).await.unwrap();
     assert_eq!(dataset.version().version, 3);
     let mut expected: Vec<i64> = (0..80).collect();

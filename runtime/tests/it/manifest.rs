@@ -4,13 +4,12 @@
 use std::sync::Arc;
 
 use lake_common::schema::Authority;
-use lake_runtime::context::{MetadataContext, QueryContext};
 use lake_runtime::engine::{Warehouse, WriteEngine};
 use lake_runtime::manifest::{ManifestStore, ReadOnlyManifestStore, ReadOnlyViolation};
 use lake_runtime::store::{DynamoStore, MetaRead, query_all};
 use lance_table::io::commit::external_manifest::ExternalManifestStore;
 
-use crate::support::{CloudLake, batch, options, schema, table};
+use crate::support::{CloudLake, batch, schema, seed, table};
 
 fn violation(err: &lance::Error) -> Option<&ReadOnlyViolation> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
@@ -26,24 +25,9 @@ fn violation(err: &lance::Error) -> Option<&ReadOnlyViolation> {
 #[tokio::test(flavor = "multi_thread")]
 async fn read_only_adapter_refuses_every_write_and_leaves_the_table_unchanged() {
     let lake = CloudLake::new().await;
-    let metadata = MetadataContext::open(&lake.plan.metadata(), Some(&lake.cluster), &options())
-        .await
-        .unwrap();
+    let metadata = lake.metadata().await;
     let t = table("sales", "orders");
-    metadata
-        .registry()
-        .create_namespace(&t.namespace)
-        .await
-        .unwrap();
-    metadata
-        .create_table(&t, schema(), vec![batch(0..10)])
-        .await
-        .unwrap();
-    metadata
-        .engine()
-        .append(&t, schema(), vec![batch(10..20)])
-        .await
-        .unwrap();
+    seed(&metadata, &t, &[0..10, 10..20]).await;
     let base_uri = metadata.engine().warehouse().manifest_base_uri(&t);
 
     let before = lake.dump_manifest_table().await;
@@ -83,9 +67,7 @@ async fn read_only_adapter_refuses_every_write_and_leaves_the_table_unchanged() 
     );
 
     // A whole query context over the table: reading works, and nothing was written.
-    let query = QueryContext::open(&lake.plan.query(), Some(&lake.cluster), &options())
-        .await
-        .unwrap();
+    let query = lake.query().await;
     let dataset = query.engine().open(&t, None).await.unwrap();
     assert_eq!(dataset.count_rows(None).await.unwrap(), 20);
     assert_eq!(
@@ -98,9 +80,7 @@ async fn read_only_adapter_refuses_every_write_and_leaves_the_table_unchanged() 
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_a_table_deletes_every_manifest_row_across_pages() {
     let lake = CloudLake::new().await;
-    let metadata = MetadataContext::open(&lake.plan.metadata(), Some(&lake.cluster), &options())
-        .await
-        .unwrap();
+    let metadata = lake.metadata().await;
     let t = table("sales", "events");
     let other = table("sales", "kept");
     metadata

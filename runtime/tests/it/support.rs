@@ -12,6 +12,7 @@ use lake_common::plan::{
 use lake_runtime::aws::AwsConnection;
 use lake_runtime::aws::ConnectOptions;
 use lake_runtime::catalog::{NamespaceName, TableName};
+use lake_runtime::context::{MetadataContext, QueryContext};
 use lake_runtime::engine::TableRef;
 use lake_runtime::provision;
 use lake_testkit::{moto, unique};
@@ -77,6 +78,20 @@ impl CloudLake {
         }
     }
 
+    /// The metadata context of this lake.
+    pub async fn metadata(&self) -> MetadataContext {
+        MetadataContext::open(&self.plan.metadata(), Some(&self.cluster), &options())
+            .await
+            .expect("metadata context")
+    }
+
+    /// The query context of this lake, built from the query plan only.
+    pub async fn query(&self) -> QueryContext {
+        QueryContext::open(&self.plan.query(), Some(&self.cluster), &options())
+            .await
+            .expect("query context")
+    }
+
     pub fn registry_table(&self) -> String {
         match self.plan.registry() {
             RegistryStore::DynamoDb { table } => table.to_string(),
@@ -139,6 +154,35 @@ impl CloudLake {
             .collect();
         rows.sort();
         rows
+    }
+}
+
+/// Creates `table`'s namespace and the table, committing each of `commits` (rows `id` ranges) as
+/// one version: the first creates the table, the rest are appends.
+pub async fn seed(metadata: &MetadataContext, table: &TableRef, commits: &[Range<i64>]) {
+    if !metadata
+        .registry()
+        .namespace_exists(&table.namespace)
+        .await
+        .unwrap()
+    {
+        metadata
+            .registry()
+            .create_namespace(&table.namespace)
+            .await
+            .unwrap();
+    }
+    let (first, rest) = commits.split_first().expect("at least one commit");
+    metadata
+        .create_table(table, schema(), vec![batch(first.clone())])
+        .await
+        .unwrap();
+    for ids in rest {
+        metadata
+            .engine()
+            .append(table, schema(), vec![batch(ids.clone())])
+            .await
+            .unwrap();
     }
 }
 

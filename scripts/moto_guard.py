@@ -5,12 +5,15 @@ loopback port, then blocks on stdin. When the test process exits (however it exi
 closes, stdin reaches EOF, and the server stops; no server outlives the tests that needed it.
 """
 
+import logging
 import sys
 
 from moto.server import ThreadedMotoServer
 
 
 def main() -> None:
+    # One line per request on stderr drowns test output; errors still show.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()

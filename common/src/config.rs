@@ -30,9 +30,12 @@ pub const LAKE_DYNAMODB_ENDPOINT: &str = "LAKE_DYNAMODB_ENDPOINT";
 pub const LAKE_S3_ENDPOINT: &str = "LAKE_S3_ENDPOINT";
 /// A file of accepted bearer tokens (a mounted Secret); unset means no authentication.
 pub const LAKE_TOKEN_FILE: &str = "LAKE_TOKEN_FILE";
+/// PEM certificate chain and private key for TLS; both or neither.
+pub const LAKE_TLS_CERT_FILE: &str = "LAKE_TLS_CERT_FILE";
+pub const LAKE_TLS_KEY_FILE: &str = "LAKE_TLS_KEY_FILE";
 
 /// Every variable of the contract.
-pub const ALL_VARS: [&str; 12] = [
+pub const ALL_VARS: [&str; 14] = [
     LAKE_ROLE,
     LAKE_WAREHOUSE,
     LAKE_STAGE,
@@ -45,6 +48,8 @@ pub const ALL_VARS: [&str; 12] = [
     LAKE_DYNAMODB_ENDPOINT,
     LAKE_S3_ENDPOINT,
     LAKE_TOKEN_FILE,
+    LAKE_TLS_CERT_FILE,
+    LAKE_TLS_KEY_FILE,
 ];
 
 /// The port each role listens on unless `LAKE_FLIGHT_ADDR` says otherwise.
@@ -66,6 +71,8 @@ pub struct RuntimeConfig {
     pub metadata_endpoint: Option<String>,
     /// The file of accepted bearer tokens; `None`: no authentication.
     pub token_file: Option<String>,
+    /// (certificate chain, private key) PEM files; `None`: plaintext gRPC.
+    pub tls: Option<(String, String)>,
 }
 
 /// A configuration read from the environment, plus the `LAKE_*` names it did not recognise
@@ -103,6 +110,7 @@ impl RuntimeConfig {
             flight_addr,
             metadata_endpoint,
             token_file: None,
+            tls: None,
         }
     }
 
@@ -146,6 +154,10 @@ impl RuntimeConfig {
         }
         if let Some(f) = &self.token_file {
             vars.insert(LAKE_TOKEN_FILE, f.clone());
+        }
+        if let Some((cert, key)) = &self.tls {
+            vars.insert(LAKE_TLS_CERT_FILE, cert.clone());
+            vars.insert(LAKE_TLS_KEY_FILE, key.clone());
         }
         vars
     }
@@ -294,6 +306,25 @@ impl RuntimeConfig {
                 .ok(),
         };
 
+        let tls = match (get(LAKE_TLS_CERT_FILE), get(LAKE_TLS_KEY_FILE)) {
+            (Some(cert), Some(key)) => Some((cert.to_owned(), key.to_owned())),
+            (None, None) => None,
+            (Some(_), None) => {
+                errors.push(missing(
+                    LAKE_TLS_KEY_FILE,
+                    "TLS needs the key with the certificate",
+                ));
+                None
+            }
+            (None, Some(_)) => {
+                errors.push(missing(
+                    LAKE_TLS_CERT_FILE,
+                    "TLS needs the certificate with the key",
+                ));
+                None
+            }
+        };
+
         let (Some(role), Some(warehouse), Some((registry, manifests)), Some(flight_addr)) =
             (role, warehouse, stores, flight_addr)
         else {
@@ -337,6 +368,7 @@ impl RuntimeConfig {
                 flight_addr,
                 metadata_endpoint: get(LAKE_METADATA_ENDPOINT).map(str::to_owned),
                 token_file: get(LAKE_TOKEN_FILE).map(str::to_owned),
+                tls,
             },
             unknown,
         })
@@ -439,6 +471,7 @@ mod tests {
                 Some("grpc://metadata:8816".into()),
             );
             config.token_file = Some("/var/run/secrets/lake/tokens".into());
+            config.tls = Some(("/tls/tls.crt".into(), "/tls/tls.key".into()));
             let parsed = RuntimeConfig::from_vars(config.to_vars()).unwrap();
             assert_eq!(parsed.config, config);
             assert!(parsed.unknown.is_empty());
@@ -508,6 +541,17 @@ mod tests {
             }
         );
         assert_eq!(parsed.config.flight_addr, "0.0.0.0:8815".parse().unwrap());
+    }
+
+    #[test]
+    fn tls_needs_both_files() {
+        let errs = RuntimeConfig::from_vars([
+            (LAKE_ROLE, "query"),
+            (LAKE_WAREHOUSE, "/data"),
+            (LAKE_TLS_CERT_FILE, "/tls/tls.crt"),
+        ])
+        .unwrap_err();
+        assert_eq!(errs.0[0].fields(), [LAKE_TLS_KEY_FILE]);
     }
 
     #[test]

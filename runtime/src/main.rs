@@ -10,7 +10,7 @@ use lake_common::config::RuntimeConfig;
 use lake_common::plan::{AuthorityPlan, AuthorityRequest, PlanFields, RolePlan, StorageRequest};
 use lake_runtime::aws::ConnectOptions;
 use lake_runtime::context::{MetadataContext, QueryContext};
-use lake_runtime::flight::{self, Role, Tokens};
+use lake_runtime::flight::{self, Role, Tls, Tokens};
 use lake_runtime::sql_client::Format;
 
 #[derive(Parser)]
@@ -38,6 +38,12 @@ enum Command {
         /// Require one of the bearer tokens in this file (one per line) on every call.
         #[arg(long)]
         token_file: Option<PathBuf>,
+        /// Serve TLS with this PEM certificate chain (needs --tls-key).
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The PEM private key of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     /// Serve one role, configured by the LAKE_* environment (what the pods run).
     Serve,
@@ -51,6 +57,9 @@ enum Command {
         /// A bearer token, for endpoints that require one.
         #[arg(long, env = "LAKE_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// The PEM certificate of the CA to trust, for grpc+tls:// endpoints.
+        #[arg(long)]
+        tls_ca: Option<PathBuf>,
     },
     /// Validate the LAKE_* configuration and print what this role would connect to, without
     /// connecting to anything.
@@ -65,6 +74,9 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Both ring and aws-lc-rs are in the dependency tree; rustls needs one chosen explicitly.
+    // Err only means a provider is already installed, which is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let command = Cli::parse().command;
     if let Command::Plan = command {
         return plan();
@@ -80,18 +92,41 @@ fn main() -> ExitCode {
                 query_addr,
                 metadata_addr,
                 token_file,
-            } => local(&data, query_addr, metadata_addr, token_file.as_deref()).await,
+                tls_cert,
+                tls_key,
+            } => {
+                let tls = match (tls_cert, tls_key) {
+                    (Some(cert), Some(key)) => match Tls::from_files(&cert, &key) {
+                        Ok(tls) => Some(tls),
+                        Err(e) => return Err(e),
+                    },
+                    _ => None,
+                };
+                local(&data, query_addr, metadata_addr, token_file.as_deref(), tls).await
+            }
             Command::Serve => serve().await,
             Command::Sql {
                 endpoint,
                 sql,
                 format,
                 token,
+                tls_ca,
             } => {
                 let mut out = std::io::stdout();
-                lake_runtime::sql_client::run(&endpoint, &sql, format, token.as_deref(), &mut out)
-                    .await
-                    .map_err(|e| e.to_string())
+                let ca = match tls_ca.map(std::fs::read).transpose() {
+                    Ok(ca) => ca,
+                    Err(e) => return Err(format!("cannot read the CA certificate: {e}")),
+                };
+                lake_runtime::sql_client::run(
+                    &endpoint,
+                    &sql,
+                    format,
+                    token.as_deref(),
+                    ca,
+                    &mut out,
+                )
+                .await
+                .map_err(|e| e.to_string())
             }
             Command::Plan => Ok(()),
         }
@@ -125,8 +160,10 @@ async fn local(
     query_addr: SocketAddr,
     metadata_addr: SocketAddr,
     token_file: Option<&Path>,
+    tls: Option<Tls>,
 ) -> Result<(), String> {
     let tokens = tokens(token_file)?;
+    let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
     std::fs::create_dir_all(data).map_err(|e| format!("cannot create {}: {e}", data.display()))?;
     let data = data
         .canonicalize()
@@ -156,8 +193,8 @@ async fn local(
     let query_bound = flight::bind(query_addr)
         .await
         .map_err(|e| format!("cannot listen on {query_addr}: {e}"))?;
-    let metadata_url = format!("grpc://{}", metadata_bound.addr);
-    let query_url = format!("grpc://{}", query_bound.addr);
+    let metadata_url = format!("{scheme}://{}", metadata_bound.addr);
+    let query_url = format!("{scheme}://{}", query_bound.addr);
     // Nobody may be reading stdout (a closed pipe): the banner must never stop the servers.
     let banner = format!(
         "lake local: data in {data}\n  query     {query_url}   (read-only SQL)\n  metadata  {metadata_url}   (DDL, INSERT, DELETE, ingest)\n\n\
@@ -186,9 +223,10 @@ async fn local(
             metadata_bound,
             metadata_role,
             tokens.clone(),
+            tls.clone(),
             shutdown_signal()
         ),
-        flight::serve(query_bound, query_role, tokens, shutdown_signal()),
+        flight::serve(query_bound, query_role, tokens, tls, shutdown_signal()),
     );
     a.and(b).map_err(|e| format!("serving failed: {e}"))
 }
@@ -201,6 +239,11 @@ async fn serve() -> Result<(), String> {
     }
     let config = parsed.config;
     let tokens = tokens(config.token_file.as_deref().map(Path::new))?;
+    let tls = config
+        .tls
+        .as_ref()
+        .map(|(cert, key)| Tls::from_files(Path::new(cert), Path::new(key)))
+        .transpose()?;
     let options = ConnectOptions::default();
     // Dispatch on the role before opening anything: query builds the minimal context only.
     let role = match &config.plan {
@@ -220,7 +263,7 @@ async fn serve() -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.flight_addr))?;
     tracing::info!(role = %config.plan.role(), addr = %bound.addr, "serving");
-    flight::serve(bound, role, tokens, shutdown_signal())
+    flight::serve(bound, role, tokens, tls, shutdown_signal())
         .await
         .map_err(|e| format!("serving failed: {e}"))
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use arrow::record_batch::RecordBatch;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use futures::TryStreamExt;
-use tonic::transport::Endpoint;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -21,7 +21,7 @@ pub enum Format {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SqlClientError {
-    #[error("endpoint {0:?} is not a grpc:// URL")]
+    #[error("endpoint {0:?} is not a grpc:// or grpc+tls:// URL")]
     Endpoint(String),
     #[error("cannot connect to {endpoint}: {source}")]
     Connect {
@@ -31,6 +31,8 @@ pub enum SqlClientError {
     },
     #[error("{0}")]
     Server(String),
+    #[error("a grpc+tls:// endpoint needs --tls-ca: the PEM certificate of the CA to trust")]
+    NoCa,
     #[error("writing the result: {0}")]
     Output(String),
 }
@@ -45,12 +47,15 @@ fn server(e: arrow_flight::error::FlightError) -> SqlClientError {
     }
 }
 
-/// `grpc://host:port` (or `grpc+tcp://`) → the HTTP/2 URL tonic dials.
-fn dial_url(endpoint: &str) -> Result<String, SqlClientError> {
+/// `grpc://host:port` (or `grpc+tcp://`) → the HTTP/2 URL tonic dials; `grpc+tls://` → https.
+fn dial_url(endpoint: &str) -> Result<(String, bool), SqlClientError> {
+    if let Some(rest) = endpoint.strip_prefix("grpc+tls://") {
+        return Ok((format!("https://{rest}"), true));
+    }
     endpoint
         .strip_prefix("grpc://")
         .or_else(|| endpoint.strip_prefix("grpc+tcp://"))
-        .map(|rest| format!("http://{rest}"))
+        .map(|rest| (format!("http://{rest}"), false))
         .ok_or_else(|| SqlClientError::Endpoint(endpoint.to_owned()))
 }
 
@@ -60,10 +65,24 @@ pub async fn run(
     sql: &str,
     format: Format,
     token: Option<&str>,
+    tls_ca: Option<Vec<u8>>,
     out: &mut (dyn Write + Send),
 ) -> Result<(), SqlClientError> {
-    let channel = Endpoint::from_shared(dial_url(endpoint)?)
-        .map_err(|_| SqlClientError::Endpoint(endpoint.to_owned()))?
+    let (url, tls) = dial_url(endpoint)?;
+    let mut dial =
+        Endpoint::from_shared(url).map_err(|_| SqlClientError::Endpoint(endpoint.to_owned()))?;
+    if tls {
+        // No bundled root store: the CA to trust is explicit.
+        let ca = tls_ca.ok_or(SqlClientError::NoCa)?;
+        let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+        dial = dial
+            .tls_config(config)
+            .map_err(|source| SqlClientError::Connect {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?;
+    }
+    let channel = dial
         .connect()
         .await
         .map_err(|source| SqlClientError::Connect {

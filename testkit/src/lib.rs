@@ -11,11 +11,23 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The workspace root (the clone).
+/// The workspace root (the clone), found at run time: the nearest directory above the running
+/// package (cargo sets `CARGO_MANIFEST_DIR` for tests) whose `Cargo.toml` has `[workspace]`.
+///
+/// Not `env!("CARGO_MANIFEST_DIR")`: clones in different folders share the target cache, and a
+/// path baked into a cached artifact would point at another clone.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("testkit lives one level below the workspace root")
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_dir().ok())
+        .expect("a package directory or a working directory");
+    start
+        .ancestors()
+        .find(|dir| {
+            std::fs::read_to_string(dir.join("Cargo.toml"))
+                .is_ok_and(|toml| toml.contains("[workspace]"))
+        })
+        .unwrap_or_else(|| panic!("no workspace Cargo.toml above {}", start.display()))
         .to_path_buf()
 }
 
@@ -184,6 +196,22 @@ mod tests {
         assert!(std::ptr::eq(first, second), "one server per test binary");
         let response = http(first.port(), "GET", "/moto-api/");
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+
+    #[test]
+    fn workspace_root_is_this_clone() {
+        let root = workspace_root();
+        assert!(
+            root.join("scripts/moto_guard.py").exists(),
+            "{}",
+            root.display()
+        );
+        let here = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+        assert!(
+            Path::new(&here).starts_with(&root),
+            "{here} is not under {}",
+            root.display()
+        );
     }
 
     #[test]

@@ -32,18 +32,46 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<Bound> {
     Ok(Bound { listener, addr })
 }
 
+/// A PEM certificate chain and private key, read at start-up.
+#[derive(Clone)]
+pub struct Tls {
+    identity: tonic::transport::Identity,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls(..)")
+    }
+}
+
+impl Tls {
+    pub fn from_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Self, String> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+        };
+        Ok(Self {
+            identity: tonic::transport::Identity::from_pem(read(cert)?, read(key)?),
+        })
+    }
+}
+
 /// Serves `role` on `bound` until `shutdown` completes; with `tokens`, every call must present
-/// one of them.
+/// one of them; with `tls`, only TLS connections are accepted.
 pub async fn serve(
     bound: Bound,
     role: Role,
     tokens: Option<Tokens>,
+    tls: Option<Tls>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = TcpListenerStream::new(bound.listener);
     let service = FlightServiceServer::new(LakeFlightSql::new(role, tokens.clone()))
         .max_decoding_message_size(MAX_DECODING);
     let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server =
+            server.tls_config(tonic::transport::ServerTlsConfig::new().identity(tls.identity))?;
+    }
     match tokens {
         Some(tokens) => {
             let service =

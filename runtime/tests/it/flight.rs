@@ -178,7 +178,10 @@ fn lake_sql_prints_every_format_and_clear_errors() {
         "{stderr}"
     );
     let (ok, _, stderr) = lake_sql("http://nowhere", "SELECT 1", "table");
-    assert!(!ok && stderr.contains("not a grpc:// URL"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("is not a grpc:// or grpc+tls:// URL"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -257,4 +260,110 @@ fn ten_million_rows_stream_without_holding_the_result() {
         growth < RESULT_BYTES,
         "the server's peak memory grew {growth} bytes, more than the whole {RESULT_BYTES}-byte result"
     );
+}
+
+/// A CA and a certificate for 127.0.0.1 signed by it, made with the openssl CLI.
+fn test_certificates(dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (Debian package openssl; scripts/bootstrap installs it)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=lake-test-ca",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+    ]);
+}
+
+const TLS_CLIENT: &str = r#"
+import sys, adbc_driver_flightsql.dbapi as flightsql
+url, ca = sys.argv[1], open(sys.argv[2]).read()
+with flightsql.connect(url, autocommit=True, db_kwargs={"adbc.flight.sql.client_option.tls_root_certs": ca}) as conn, conn.cursor() as cur:
+    cur.execute("SELECT 6 * 7 AS answer")
+    print(cur.fetchall())
+"#;
+
+#[test]
+fn tls_endpoints_serve_adbc_and_lake_sql() {
+    let certs = tempfile::tempdir().unwrap();
+    test_certificates(certs.path());
+    let file = |name: &str| certs.path().join(name).display().to_string();
+    let lake = LocalLake::start_with(&[
+        "--tls-cert",
+        &file("server.pem"),
+        "--tls-key",
+        &file("server.key"),
+    ]);
+    assert!(lake.query.starts_with("grpc+tls://"), "{}", lake.query);
+
+    let (ok, stdout, stderr) = python(&["-c", TLS_CLIENT, &lake.query, &file("ca.pem")]);
+    assert!(ok, "{stdout}{stderr}");
+    assert_eq!(stdout.trim(), "[(42,)]");
+
+    let (ok, stdout, stderr) = lake_sql_with(
+        &lake.query,
+        "SELECT 1 AS one",
+        "csv",
+        &["--tls-ca", &file("ca.pem")],
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "one\n1\n");
+    let (ok, _, stderr) = lake_sql(&lake.query, "SELECT 1", "csv");
+    assert!(!ok && stderr.contains("--tls-ca"), "{stderr}");
+    // Plaintext to a TLS port is refused.
+    let plain = lake.query.replace("grpc+tls://", "grpc://");
+    let (ok, _, _) = lake_sql(&plain, "SELECT 1", "csv");
+    assert!(!ok, "plaintext reached a TLS endpoint");
 }

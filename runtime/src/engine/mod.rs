@@ -202,15 +202,28 @@ impl WriteEngine {
         batches: Vec<RecordBatch>,
     ) -> Result<Dataset, EngineError> {
         let _guard = self.lock(table).await;
+        self.write(table, WriteMode::Create, schema, batches, "create")
+            .await
+    }
+
+    /// One `Dataset::write` in `mode` (the caller holds the table's lock).
+    async fn write(
+        &self,
+        table: &TableRef,
+        mode: WriteMode,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        operation: &'static str,
+    ) -> Result<Dataset, EngineError> {
         let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
-        let params = self.engine.write_params(table, WriteMode::Create);
+        let params = self.engine.write_params(table, mode);
         Dataset::write(
             reader,
             self.engine.warehouse.uri(table).as_str(),
             Some(params),
         )
         .await
-        .map_err(Engine::lance_err("create", table))
+        .map_err(Engine::lance_err(operation, table))
     }
 
     /// Appends `batches` in one commit. Concurrent appends from other processes are retried by
@@ -263,15 +276,9 @@ impl WriteEngine {
     ) -> Result<Committed, EngineError> {
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let _guard = self.lock(table).await;
-        let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
-        let params = self.engine.write_params(table, WriteMode::Overwrite);
-        let dataset = Dataset::write(
-            reader,
-            self.engine.warehouse.uri(table).as_str(),
-            Some(params),
-        )
-        .await
-        .map_err(Engine::lance_err("overwrite", table))?;
+        let dataset = self
+            .write(table, WriteMode::Overwrite, schema, batches, "overwrite")
+            .await?;
         Ok(Committed {
             version: dataset.version().version,
             rows,

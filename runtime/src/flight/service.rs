@@ -77,7 +77,7 @@ type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, St
 
 /// A statement handle: the SQL (planned again on DoGet, so servers stay stateless), or the row
 /// count of a write already done at GetFlightInfo (ADBC sends DDL as a query).
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 enum Handle {
     Sql(String),
     /// A prepared statement with bound parameters (one row, as an Arrow IPC stream).
@@ -306,11 +306,7 @@ impl LakeFlightSql {
         descriptor: FlightDescriptor,
     ) -> Result<FlightInfo, Status> {
         let ctx = self.session().await?;
-        let (sql, params) = match &handle {
-            Handle::Sql(sql) => (sql.clone(), None),
-            Handle::Bound { sql, params } => (sql.clone(), Some(params_from_ipc(params)?)),
-            Handle::Done(_) => return Err(Status::invalid_argument("unknown statement handle")),
-        };
+        let (sql, params) = handle.clone().statement()?;
         let (schema, handle) = match sql::plan(&ctx, &sql, params).await? {
             Planned::Read(plan) => (wire_schema(plan.schema().as_arrow()), handle),
             Planned::Write(write) => (rows_schema(), Handle::Done(self.write(&ctx, write).await?)),

@@ -187,6 +187,12 @@ pub async fn plan(
         .statement_to_plan(statement)
         .await
         .map_err(status)?;
+    // Every write path comes through here: refuse bound parameters once, for all of them.
+    if params.is_some() && matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Dml(_)) {
+        return Err(Status::unimplemented(
+            "parameterised writes are not supported yet; inline the values",
+        ));
+    }
     Ok(match plan {
         LogicalPlan::Ddl(DdlStatement::CreateCatalogSchema(c)) => {
             let name = c.schema_name.rsplit('.').next().unwrap_or_default();

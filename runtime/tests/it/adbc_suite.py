@@ -51,6 +51,14 @@ with meta.cursor() as cur:
     cur.execute("DROP TABLE sales.gone")
     cur.fetchall()
     expect_error("duplicate table", cur, "CREATE TABLE sales.orders (x INT)", "ALREADY_EXISTS", "sales.orders")
+    try:
+        cur.execute("INSERT INTO sales.orders VALUES (?, ?, ?)", parameters=(99, "bound", 1.0))
+        cur.fetchall()
+        raise AssertionError("a parameterised insert ran")
+    except adbc_driver_manager.Error as e:
+        check("parameterised writes are refused, not run unbound", "parameterised writes" in str(e), str(e))
+    cur.execute("SELECT count(*) FROM sales.orders WHERE id = 99 OR id IS NULL")
+    check("the refused insert wrote nothing", cur.fetchall() == [(0,)])
 
 points = pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": pa.array(["a", "b", "c"])})
 fewer = pa.table({"k": pa.array([7, 8], pa.int64()), "v": pa.array(["x", "y"])})

@@ -6,9 +6,15 @@ closes, stdin reaches EOF, and the server stops; no server outlives the tests th
 """
 
 import logging
+import os
 import sys
+import tempfile
 
-from moto.server import ThreadedMotoServer
+# The request recorder (off until a test starts it) writes here, not into the caller's directory.
+_recording = tempfile.NamedTemporaryFile(prefix="moto-recording-", suffix=".jsonl", delete=False)
+os.environ["MOTO_RECORDER_FILEPATH"] = _recording.name
+
+from moto.server import ThreadedMotoServer  # noqa: E402  (reads the variable at import)
 
 
 def main() -> None:
@@ -20,6 +26,7 @@ def main() -> None:
     print(f"PORT {port}", flush=True)
     sys.stdin.read()
     server.stop()
+    os.unlink(_recording.name)
 
 
 if __name__ == "__main__":

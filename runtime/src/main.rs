@@ -262,7 +262,15 @@ async fn serve() -> Result<(), String> {
     let bound = flight::bind(config.flight_addr)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.flight_addr))?;
+    let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
     tracing::info!(role = %config.plan.role(), addr = %bound.addr, "serving");
+    {
+        // The bound address (LAKE_FLIGHT_ADDR may ask for port 0); a closed stdout is no error.
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{} {scheme}://{}", config.plan.role(), bound.addr)
+            .and_then(|()| out.flush());
+    }
     flight::serve(bound, role, tokens, tls, shutdown_signal())
         .await
         .map_err(|e| format!("serving failed: {e}"))

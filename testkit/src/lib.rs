@@ -109,6 +109,31 @@ impl Moto {
     }
 }
 
+/// The emulator's request log (moto's recorder), one JSON object per request. The recorder is
+/// global to the server: while it runs it logs every test's requests, so tests filter the log by
+/// something only they use (e.g. an access key id).
+impl Moto {
+    pub fn start_recording(&self) {
+        for action in ["reset-recording", "start-recording"] {
+            let response = http(self.port, "POST", &format!("/moto-api/recorder/{action}"));
+            assert!(response.starts_with("HTTP/1.1 200"), "{action}: {response}");
+        }
+    }
+
+    /// Stops the recorder and returns what it logged.
+    pub fn stop_recording(&self) -> Vec<serde_json::Value> {
+        let response = http(self.port, "POST", "/moto-api/recorder/stop-recording");
+        assert!(response.starts_with("HTTP/1.1 200"), "stop: {response}");
+        let log = http(self.port, "GET", "/moto-api/recorder/download-recording");
+        let (head, body) = log.split_once("\r\n\r\n").expect("an HTTP response");
+        assert!(head.starts_with("HTTP/1.1 200"), "download: {head}");
+        body.lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).expect("a JSON request record"))
+            .collect()
+    }
+}
+
 /// A name no other test of this run uses: `<prefix>-<pid>-<n>` (lowercase, bucket-safe).
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicUsize, Ordering};

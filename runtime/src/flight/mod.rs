@@ -1,9 +1,11 @@
 //! Arrow Flight SQL endpoints of the query and metadata roles.
 
 mod auth;
+mod cancel;
 mod catalog;
 mod service;
 mod sql;
+mod surface;
 mod types;
 mod wire;
 
@@ -65,7 +67,10 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = TcpListenerStream::new(bound.listener);
-    let service = FlightServiceServer::new(LakeFlightSql::new(role, tokens.clone()))
+    let service = FlightServiceServer::new(surface::LakeFlightService(LakeFlightSql::new(
+        role,
+        tokens.clone(),
+    )))
         .max_decoding_message_size(MAX_DECODING);
     let mut server = tonic::transport::Server::builder();
     if let Some(tls) = tls {

@@ -25,7 +25,7 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{
     Action, ActionType, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc,
-    Ticket,
+    SchemaResult, Ticket,
 };
 use arrow_flight::{HandshakeRequest, HandshakeResponse};
 use datafusion::common::ScalarValue;
@@ -320,6 +320,59 @@ impl LakeFlightSql {
             .try_with_schema(&schema)
             .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))
             .map(|info| info.with_endpoint(endpoint).with_descriptor(descriptor))
+    }
+
+    /// The schema GetFlightInfo would report for a query, without executing anything: a write
+    /// is neither run nor (on query) allowed, so GetSchema can never change the lake.
+    async fn statement_schema(&self, handle: Handle) -> Result<SchemaRef, Status> {
+        let ctx = self.session().await?;
+        let (sql, params) = handle.statement()?;
+        match sql::plan(&ctx, &sql, params).await? {
+            Planned::Read(plan) => Ok(wire_schema(plan.schema().as_arrow())),
+            Planned::Write(_) => self.writer().map(|_| rows_schema()),
+        }
+    }
+
+    /// GetSchema: the schema of a statement or prepared statement (planned, not run), or of a
+    /// catalog command (the same schema its FlightInfo carries).
+    pub(super) async fn schema(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<SchemaResult, Status> {
+        use arrow_flight::sql::{Any, Command};
+        let any = Any::decode(&*request.get_ref().cmd)
+            .map_err(|e| Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}")))?;
+        let command = Command::try_from(any)
+            .map_err(|e| Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}")))?;
+        let schema = match command {
+            Command::CommandStatementQuery(query) => {
+                self.statement_schema(Handle::Sql(query.query)).await?
+            }
+            Command::CommandPreparedStatementQuery(query) => {
+                self.statement_schema(decode_handle(&query.prepared_statement_handle)?)
+                    .await?
+            }
+            Command::CommandGetCatalogs(_)
+            | Command::CommandGetDbSchemas(_)
+            | Command::CommandGetTables(_)
+            | Command::CommandGetTableTypes(_)
+            | Command::CommandGetSqlInfo(_)
+            | Command::CommandGetPrimaryKeys(_)
+            | Command::CommandGetXdbcTypeInfo(_) => {
+                let info = FlightService::get_flight_info(self, request).await?.into_inner();
+                return Ok(SchemaResult {
+                    schema: info.schema,
+                });
+            }
+            other => {
+                return Err(Status::unimplemented(format!(
+                    "GetSchema is not supported for {}",
+                    other.type_url()
+                )));
+            }
+        };
+        SchemaResult::try_from(SchemaAsIpc::new(&schema, &Default::default()))
+            .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))
     }
 
     async fn stream_handle(&self, handle: &[u8]) -> Result<Response<DoGetStream>, Status> {

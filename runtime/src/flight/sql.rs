@@ -17,6 +17,9 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use tonic::Status;
 
+use datafusion::execution::SessionStateBuilder;
+
+use super::cancel::YieldAboveEveryOperator;
 use super::catalog::{CATALOG, LakeCatalog};
 use crate::catalog::{NamespaceName, TableName};
 use crate::engine::{Engine, TableRef};
@@ -62,7 +65,12 @@ pub async fn session(engine: &Engine) -> Result<SessionContext, Status> {
         .with_default_catalog_and_schema(CATALOG, "default")
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true);
-    let ctx = SessionContext::new_with_config(config);
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
     let catalog = LakeCatalog::load(engine)
         .await
         .map_err(|e| Status::unavailable(format!("cannot list the warehouse: {e}")))?;

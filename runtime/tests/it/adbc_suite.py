@@ -151,6 +151,26 @@ result = client.do_get(info.endpoints[0].ticket).read_all()
 check("pyarrow.flight reads a table", result.column("id").to_pylist() == [1, 3, 11, 12, 13])
 check("FlightInfo schema equals the DoGet schema", info.schema == result.schema, (info.schema, result.schema))
 
+select = flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, "SELECT id FROM sales.orders ORDER BY id")))
+check("GetSchema of a query equals its DoGet schema", client.get_schema(select).schema == result.schema)
+tables_cmd = flight.FlightDescriptor.for_command(command("CommandGetTables"))
+check("GetSchema of a catalog command", client.get_schema(tables_cmd).schema == client.get_flight_info(tables_cmd).schema)
+with query.cursor() as cur:
+    schema = cur.adbc_execute_schema("SELECT item, price * 2 AS doubled FROM sales.orders")
+    cur.execute("SELECT item, price * 2 AS doubled FROM sales.orders")
+    check("ADBC execute_schema equals the result schema", schema == cur.fetch_arrow_table().schema, schema)
+insert = flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, "INSERT INTO sales.orders VALUES (99, 'x', 1.0)")))
+try:
+    client.get_schema(insert)
+    raise AssertionError("GetSchema of a write on query succeeded")
+except OSError as e:  # pyarrow reports PERMISSION_DENIED as "unauthorized"
+    check("GetSchema of a write on query is PERMISSION_DENIED", "unauthorized" in str(e) and METADATA in str(e), str(e))
+meta_client = flight.FlightClient(METADATA)
+meta_client.get_schema(insert)
+with query.cursor() as cur:
+    cur.execute("SELECT count(*) FROM sales.orders WHERE id = 99")
+    check("GetSchema never runs the write", cur.fetchall() == [(0,)])
+
 info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetPrimaryKeys", pb_string(3, "orders"))))
 keys = client.do_get(info.endpoints[0].ticket).read_all()
 check("primary keys: none, with the spec's schema", keys.num_rows == 0 and keys.schema.names[:4] == ["catalog_name", "db_schema_name", "table_name", "column_name"], keys.schema)

@@ -100,6 +100,20 @@ fn adbc_and_pyarrow_flight_against_lake_local() {
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
 }
 
+#[test]
+fn dropping_the_stream_stops_the_query() {
+    let lake = LocalLake::start();
+    let pid = lake.child.id().to_string();
+    let (ok, stdout, stderr) = python(&[
+        "runtime/tests/it/cancel_peer.py",
+        &lake.query,
+        &lake.metadata,
+        &pid,
+    ]);
+    assert!(ok, "cancellation peer failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("ok"), "{stdout}");
+}
+
 fn lake_sql(endpoint: &str, sql: &str, format: &str) -> (bool, String, String) {
     lake_sql_with(endpoint, sql, format, &[])
 }

@@ -1,7 +1,240 @@
 //! lake-client: the Rust SDK of lake.
 //!
-//! `LakeClient::connect(query_endpoint)` (SQL over Flight SQL, managed-stage discovery and direct
-//! object-storage I/O) lands with the managed-stage work; today the crate reserves its place in
-//! the workspace and depends only on the shared contract.
+//! `LakeClient::connect(query_endpoint)` is all a user needs. It asks the query endpoint once
+//! where the managed stage is (`lake.stage.describe`: a versioned descriptor with no
+//! credentials) and where writes go (`lake.metadata.endpoint`), then:
+//! - runs SQL on query and streams Arrow record batches back;
+//! - sends writes (DDL, INSERT, DELETE, `COPY INTO`, bulk ingest) to the metadata endpoint;
+//! - moves stage files directly between this process and object storage (S3 with the AWS
+//!   default credential chain, or the local directory of a local lake) — never through a server.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lake_client::ClientError> {
+//! use futures::TryStreamExt;
+//! let lake = lake_client::LakeClient::connect("grpc://127.0.0.1:8815").await?;
+//! lake.stage().put("in/orders.csv", "id,item\n1,tea\n".into()).await?;
+//! lake.execute("COPY INTO sales.orders FROM 'in/orders.csv'").await?;
+//! let batches: Vec<_> = lake.query("SELECT * FROM sales.orders").await?.try_collect().await?;
+//! # Ok(()) }
+//! ```
 
-pub use lake_common::plan::Role;
+mod aws;
+mod connection;
+mod error;
+mod stage;
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow_flight::Action;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::sql::{CommandStatementIngest, TableDefinitionOptions};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use lake_common::stage::{DESCRIBE_STAGE_ACTION, METADATA_ENDPOINT_ACTION, StageDescriptor};
+use object_store::ObjectStore;
+use tonic::transport::Channel;
+
+pub use connection::{ConnectOptions, flight_sql};
+pub use error::ClientError;
+pub use lake_common::stage::{StagePath, StagePathError};
+pub use stage::{PART_SIZE, Stage, StageObject};
+
+/// Record batches as they arrive from the server.
+pub type RecordBatchStream = BoxStream<'static, Result<RecordBatch, ClientError>>;
+
+/// How bulk ingest treats an existing table (ADBC's `adbc_ingest` modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IngestMode {
+    /// Create the table; fail if it exists.
+    Create,
+    /// Append to the table; fail if it does not exist.
+    Append,
+    /// Replace the table's rows (and schema).
+    Replace,
+    /// Create the table if needed, then append.
+    CreateAppend,
+}
+
+/// A connection to a lake through its query endpoint.
+#[derive(Debug, Clone)]
+pub struct LakeClient {
+    query_endpoint: String,
+    query: FlightSqlServiceClient<Channel>,
+    metadata_endpoint: Option<String>,
+    options: ConnectOptions,
+    descriptor: Option<StageDescriptor>,
+    stage: Stage,
+}
+
+impl LakeClient {
+    /// Connects to `query_endpoint` and discovers the stage and the metadata endpoint.
+    pub async fn connect(query_endpoint: &str) -> Result<Self, ClientError> {
+        Self::connect_with(query_endpoint, ConnectOptions::default()).await
+    }
+
+    /// [`LakeClient::connect`] with a token and/or a TLS CA.
+    pub async fn connect_with(
+        query_endpoint: &str,
+        options: ConnectOptions,
+    ) -> Result<Self, ClientError> {
+        let mut query = connection::flight_sql(query_endpoint, &options).await?;
+        let descriptor = discover_stage(&mut query, query_endpoint).await?;
+        let stage = Stage::from_descriptor(&descriptor).await?;
+        let metadata_endpoint = discover_metadata(&mut query, query_endpoint).await?;
+        Ok(Self {
+            query_endpoint: query_endpoint.to_owned(),
+            query,
+            metadata_endpoint,
+            options,
+            descriptor: Some(descriptor),
+            stage,
+        })
+    }
+
+    /// Connects to `query_endpoint` for SQL, with an explicit stage store instead of discovery
+    /// (tests, embedding); writes still go to the metadata endpoint query advertises.
+    pub async fn with_stage(
+        query_endpoint: &str,
+        store: Arc<dyn ObjectStore>,
+        options: ConnectOptions,
+    ) -> Result<Self, ClientError> {
+        let mut query = connection::flight_sql(query_endpoint, &options).await?;
+        let metadata_endpoint = discover_metadata(&mut query, query_endpoint).await?;
+        Ok(Self {
+            query_endpoint: query_endpoint.to_owned(),
+            query,
+            metadata_endpoint,
+            options,
+            descriptor: None,
+            stage: Stage::new(store, ""),
+        })
+    }
+
+    /// The discovered descriptor (`None` for [`LakeClient::with_stage`]).
+    pub fn stage_descriptor(&self) -> Option<&StageDescriptor> {
+        self.descriptor.as_ref()
+    }
+
+    /// The managed stage: put, get, get_range, list, head, delete.
+    pub fn stage(&self) -> &Stage {
+        &self.stage
+    }
+
+    /// Where writes go, as query advertises it.
+    pub fn metadata_endpoint(&self) -> Option<&str> {
+        self.metadata_endpoint.as_deref()
+    }
+
+    /// Runs a read on the query endpoint; batches stream as the server sends them.
+    pub async fn query(&self, sql: &str) -> Result<RecordBatchStream, ClientError> {
+        let mut client = self.query.clone();
+        let info = client.execute(sql.to_owned(), None).await?;
+        let mut streams = Vec::new();
+        for endpoint in info.endpoint {
+            if let Some(ticket) = endpoint.ticket {
+                streams.push(client.do_get(ticket).await?);
+            }
+        }
+        Ok(futures::stream::iter(streams)
+            .flatten()
+            .map_err(ClientError::from)
+            .boxed())
+    }
+
+    /// Runs a write (DDL, INSERT, DELETE, `COPY INTO`) on the metadata endpoint; returns the
+    /// affected row count.
+    pub async fn execute(&self, sql: &str) -> Result<i64, ClientError> {
+        let mut metadata = self.metadata().await?;
+        Ok(metadata.execute_update(sql.to_owned(), None).await?)
+    }
+
+    /// Bulk-ingests `batches` into `schema.table` on the metadata endpoint in one commit.
+    pub async fn ingest(
+        &self,
+        schema: &str,
+        table: &str,
+        mode: IngestMode,
+        batches: Vec<RecordBatch>,
+    ) -> Result<i64, ClientError> {
+        use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
+        let (if_not_exist, if_exists) = match mode {
+            IngestMode::Create => (TableNotExistOption::Create, TableExistsOption::Fail),
+            IngestMode::Append => (TableNotExistOption::Fail, TableExistsOption::Append),
+            IngestMode::Replace => (TableNotExistOption::Fail, TableExistsOption::Replace),
+            IngestMode::CreateAppend => (TableNotExistOption::Create, TableExistsOption::Append),
+        };
+        let command = CommandStatementIngest {
+            table_definition_options: Some(TableDefinitionOptions {
+                if_not_exist: if_not_exist.into(),
+                if_exists: if_exists.into(),
+            }),
+            table: table.to_owned(),
+            schema: Some(schema.to_owned()),
+            catalog: None,
+            temporary: false,
+            transaction_id: None,
+            options: Default::default(),
+        };
+        let mut metadata = self.metadata().await?;
+        let stream = futures::stream::iter(batches.into_iter().map(Ok));
+        Ok(metadata.execute_ingest(command, stream).await?)
+    }
+
+    async fn metadata(&self) -> Result<FlightSqlServiceClient<Channel>, ClientError> {
+        let endpoint = self
+            .metadata_endpoint
+            .as_deref()
+            .ok_or_else(|| ClientError::NoMetadataEndpoint(self.query_endpoint.clone()))?;
+        connection::flight_sql(endpoint, &self.options).await
+    }
+}
+
+/// Runs a custom action and returns its single result: zero or several results are an error.
+async fn single_result(
+    client: &mut FlightSqlServiceClient<Channel>,
+    endpoint: &str,
+    action: &str,
+) -> Result<Vec<u8>, ClientError> {
+    let discovery = |detail: String| ClientError::Discovery {
+        endpoint: endpoint.to_owned(),
+        detail,
+    };
+    let results: Vec<arrow_flight::Result> = client
+        .do_action(Action::new(action, ""))
+        .await
+        .map_err(|e| discovery(format!("{action} failed: {e}")))?
+        .try_collect()
+        .await
+        .map_err(|e| discovery(format!("{action} failed: {e}")))?;
+    match <[_; 1]>::try_from(results) {
+        Ok([only]) => Ok(only.body.to_vec()),
+        Err(results) => Err(discovery(format!(
+            "{action} returned {} results; exactly one was expected",
+            results.len()
+        ))),
+    }
+}
+
+async fn discover_stage(
+    client: &mut FlightSqlServiceClient<Channel>,
+    endpoint: &str,
+) -> Result<StageDescriptor, ClientError> {
+    let body = single_result(client, endpoint, DESCRIBE_STAGE_ACTION).await?;
+    StageDescriptor::decode(&body).map_err(|source| ClientError::Descriptor {
+        endpoint: endpoint.to_owned(),
+        source,
+    })
+}
+
+async fn discover_metadata(
+    client: &mut FlightSqlServiceClient<Channel>,
+    endpoint: &str,
+) -> Result<Option<String>, ClientError> {
+    let body = single_result(client, endpoint, METADATA_ENDPOINT_ACTION).await?;
+    let text = String::from_utf8(body).map_err(|_| ClientError::Discovery {
+        endpoint: endpoint.to_owned(),
+        detail: "the metadata endpoint is not UTF-8".into(),
+    })?;
+    Ok(Some(text).filter(|t| !t.is_empty()))
+}

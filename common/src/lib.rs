@@ -6,3 +6,4 @@
 pub mod config;
 pub mod plan;
 pub mod schema;
+pub mod stage;

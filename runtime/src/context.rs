@@ -12,6 +12,7 @@ use lake_common::plan::{
     RegistryStore as RegistryPlan,
 };
 use lake_common::schema::Authority;
+use lake_common::stage::{StageDescriptor, StageDescriptorError, StagePath};
 
 use crate::aws::{AwsConnection, AwsError, ConnectOptions};
 use arrow::datatypes::SchemaRef;
@@ -23,6 +24,7 @@ use crate::manifest::{
     AuthorityError, ManifestStore, ReadOnlyManifestStore, load_marker, verify_marker,
 };
 use crate::provision::{self, ProvisionError};
+use crate::stage::{self, FileFormat, LoadError, Stage, StageError};
 use crate::store::{DynamoStore, EmbeddedStore, MetaRead, MetaStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +48,12 @@ pub enum ContextError {
     Provision(#[from] ProvisionError),
     #[error(transparent)]
     Engine(Box<EngineError>),
+    #[error("stage: {0}")]
+    StageDescriptor(#[from] StageDescriptorError),
+    #[error("stage: {0}")]
+    Stage(#[from] StageError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
 }
 
 impl From<EngineError> for ContextError {
@@ -58,7 +66,8 @@ impl From<EngineError> for ContextError {
 #[derive(Debug, Clone)]
 pub struct QueryContext {
     engine: Engine,
-    stage: String,
+    /// Where the stage is, for SDKs; query never touches stage objects itself.
+    stage: StageDescriptor,
 }
 
 /// The metadata role: registry, manifests, engine and stage.
@@ -66,7 +75,7 @@ pub struct QueryContext {
 pub struct MetadataContext {
     registry: Registry,
     engine: WriteEngine,
-    stage: String,
+    stage: Stage,
     cluster_id: String,
 }
 
@@ -114,45 +123,54 @@ impl QueryContext {
         options: &ConnectOptions,
     ) -> Result<Self, ContextError> {
         debug_assert_eq!(plan.provisioning(), Provisioning::Never);
-        let (kv, warehouse): (Arc<dyn MetaRead>, Warehouse) = match plan.manifests() {
-            ManifestPlan::Embedded { file } => {
-                let dir = local_dir(file);
-                let cluster = provision::local_cluster_id(&dir)?.ok_or(
-                    ContextError::LocalNotInitialised {
-                        dir: dir.clone(),
-                        what: "cluster id",
-                    },
-                )?;
-                let kv = match EmbeddedStore::open(file, false) {
-                    Err(StoreError::Missing { .. }) => {
-                        return Err(ContextError::LocalNotInitialised {
-                            dir,
-                            what: "manifest store",
-                        });
-                    }
-                    other => other?,
-                };
-                verify_marker(&kv, Authority::Manifests, &cluster).await?;
-                (Arc::new(kv), Warehouse::Local(plan.warehouse().into()))
-            }
-            ManifestPlan::DynamoDb { table } => {
-                let cluster = cluster_id.ok_or_else(|| {
-                    ContextError::Config("a cloud query role needs the cluster id".into())
-                })?;
-                let aws = aws_for(plan.aws(), options).await?;
-                let client = aws.dynamodb();
-                let kv = DynamoStore::new(
-                    client.clone(),
-                    table.as_str(),
-                    Authority::Manifests.key_schema(),
-                );
-                verify_dynamo(&client, &kv, Authority::Manifests, cluster).await?;
-                (Arc::new(kv), s3_warehouse(&aws, plan.warehouse())?)
-            }
-        };
+        let (kv, warehouse, stage): (Arc<dyn MetaRead>, Warehouse, StageDescriptor) =
+            match plan.manifests() {
+                ManifestPlan::Embedded { file } => {
+                    let dir = local_dir(file);
+                    let cluster = provision::local_cluster_id(&dir)?.ok_or(
+                        ContextError::LocalNotInitialised {
+                            dir: dir.clone(),
+                            what: "cluster id",
+                        },
+                    )?;
+                    let kv = match EmbeddedStore::open(file, false) {
+                        Err(StoreError::Missing { .. }) => {
+                            return Err(ContextError::LocalNotInitialised {
+                                dir,
+                                what: "manifest store",
+                            });
+                        }
+                        other => other?,
+                    };
+                    verify_marker(&kv, Authority::Manifests, &cluster).await?;
+                    (
+                        Arc::new(kv),
+                        Warehouse::Local(plan.warehouse().into()),
+                        StageDescriptor::for_stage(plan.stage(), None)?,
+                    )
+                }
+                ManifestPlan::DynamoDb { table } => {
+                    let cluster = cluster_id.ok_or_else(|| {
+                        ContextError::Config("a cloud query role needs the cluster id".into())
+                    })?;
+                    let aws = aws_for(plan.aws(), options).await?;
+                    let client = aws.dynamodb();
+                    let kv = DynamoStore::new(
+                        client.clone(),
+                        table.as_str(),
+                        Authority::Manifests.key_schema(),
+                    );
+                    verify_dynamo(&client, &kv, Authority::Manifests, cluster).await?;
+                    (
+                        Arc::new(kv),
+                        s3_warehouse(&aws, plan.warehouse())?,
+                        StageDescriptor::for_stage(plan.stage(), Some(aws.target()))?,
+                    )
+                }
+            };
         Ok(Self {
             engine: Engine::read_only(warehouse, ReadOnlyManifestStore::new(kv)),
-            stage: plan.stage().to_owned(),
+            stage,
         })
     }
 
@@ -160,7 +178,7 @@ impl QueryContext {
         &self.engine
     }
 
-    pub fn stage(&self) -> &str {
+    pub fn stage(&self) -> &StageDescriptor {
         &self.stage
     }
 }
@@ -196,10 +214,11 @@ impl MetadataContext {
         cluster_id: Option<&str>,
         options: &ConnectOptions,
     ) -> Result<Self, ContextError> {
-        let (registry_kv, manifest_kv, warehouse, cluster): (
+        let (registry_kv, manifest_kv, warehouse, stage, cluster): (
             Arc<dyn MetaStore>,
             Arc<dyn MetaStore>,
             Warehouse,
+            Stage,
             String,
         ) = match (plan.registry(), plan.manifests()) {
             (RegistryPlan::Embedded { .. }, ManifestPlan::Embedded { file }) => {
@@ -209,6 +228,7 @@ impl MetadataContext {
                     registry,
                     manifests,
                     Warehouse::Local(plan.warehouse().into()),
+                    Stage::open(plan.stage(), None)?,
                     cluster,
                 )
             }
@@ -239,6 +259,7 @@ impl MetadataContext {
                     Arc::new(registry),
                     Arc::new(manifests),
                     s3_warehouse(&aws, plan.warehouse())?,
+                    Stage::open(plan.stage(), Some(&aws))?,
                     cluster,
                 )
             }
@@ -254,7 +275,7 @@ impl MetadataContext {
         Ok(Self {
             registry,
             engine: WriteEngine::new(warehouse, ManifestStore::new(manifest_kv)),
-            stage: plan.stage().to_owned(),
+            stage,
             cluster_id: cluster,
         })
     }
@@ -267,7 +288,7 @@ impl MetadataContext {
         &self.engine
     }
 
-    pub fn stage(&self) -> &str {
+    pub fn stage(&self) -> &Stage {
         &self.stage
     }
 
@@ -303,6 +324,31 @@ impl MetadataContext {
             return Err(e.into());
         }
         Ok(entry)
+    }
+
+    /// `COPY INTO`: loads the stage file at `path` (or every file under it) into `table` as one
+    /// append commit. Every file is decoded and checked against the table's schema before
+    /// anything is written, so a bad file commits nothing. Returns the rows loaded.
+    pub async fn copy_into(
+        &self,
+        table: &TableRef,
+        path: &StagePath,
+        format: Option<FileFormat>,
+    ) -> Result<u64, ContextError> {
+        let entry = self
+            .registry
+            .get_table(&table.namespace, &table.table)
+            .await?;
+        let mut batches = Vec::new();
+        for file in self.stage.files(path).await? {
+            let bytes = self.stage.read(&file).await?;
+            batches.extend(stage::load(&file, bytes, format, &entry.schema)?);
+        }
+        let committed = self
+            .engine
+            .append(table, entry.schema.clone(), batches)
+            .await?;
+        Ok(committed.rows)
     }
 
     /// Drops a table: its files and manifest rows first (idempotent), then its registration, so

@@ -8,4 +8,6 @@ pub mod flight;
 pub mod manifest;
 pub mod provision;
 pub mod sql_client;
+pub mod stage;
+pub mod stage_cli;
 pub mod store;

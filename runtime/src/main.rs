@@ -12,6 +12,7 @@ use lake_runtime::aws::ConnectOptions;
 use lake_runtime::context::{MetadataContext, QueryContext};
 use lake_runtime::flight::{self, Role, Tls, Tokens};
 use lake_runtime::sql_client::Format;
+use lake_runtime::stage_cli::StageCommand;
 
 #[derive(Parser)]
 #[command(
@@ -64,6 +65,20 @@ enum Command {
     /// Validate the LAKE_* configuration and print what this role would connect to, without
     /// connecting to anything.
     Plan,
+    /// The managed stage: put, get, ls, rm (through the query endpoint's stage descriptor).
+    Stage {
+        /// The query endpoint.
+        #[arg(long, env = "LAKE_ENDPOINT", default_value = "grpc://127.0.0.1:8815")]
+        endpoint: String,
+        /// A bearer token, for endpoints that require one.
+        #[arg(long, env = "LAKE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// The PEM certificate of the CA to trust, for grpc+tls:// endpoints.
+        #[arg(long)]
+        tls_ca: Option<PathBuf>,
+        #[command(subcommand)]
+        command: StageCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -127,6 +142,21 @@ fn main() -> ExitCode {
                 )
                 .await
                 .map_err(|e| e.to_string())
+            }
+            Command::Stage {
+                endpoint,
+                token,
+                tls_ca,
+                command,
+            } => {
+                let tls_ca = match tls_ca.map(std::fs::read).transpose() {
+                    Ok(ca) => ca,
+                    Err(e) => return Err(format!("cannot read the CA certificate: {e}")),
+                };
+                let options = lake_client::ConnectOptions { token, tls_ca };
+                lake_runtime::stage_cli::run(&endpoint, options, command)
+                    .await
+                    .map_err(|e| e.to_string())
             }
             Command::Plan => Ok(()),
         }
@@ -214,7 +244,7 @@ async fn local(
     }
 
     let query_role = Role::Query {
-        context: query,
+        context: Arc::new(query),
         metadata_endpoint: Some(metadata_url),
     };
     let metadata_role = Role::Metadata(Arc::new(metadata));
@@ -248,9 +278,11 @@ async fn serve() -> Result<(), String> {
     // Dispatch on the role before opening anything: query builds the minimal context only.
     let role = match &config.plan {
         RolePlan::Query(plan) => Role::Query {
-            context: QueryContext::open(plan, config.cluster_id.as_deref(), &options)
-                .await
-                .map_err(|e| e.to_string())?,
+            context: Arc::new(
+                QueryContext::open(plan, config.cluster_id.as_deref(), &options)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
             metadata_endpoint: config.metadata_endpoint.clone(),
         },
         RolePlan::Metadata(plan) => Role::Metadata(Arc::new(

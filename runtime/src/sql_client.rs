@@ -3,9 +3,7 @@
 use std::io::Write;
 
 use arrow::record_batch::RecordBatch;
-use arrow_flight::sql::client::FlightSqlServiceClient;
 use futures::TryStreamExt;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -21,18 +19,12 @@ pub enum Format {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SqlClientError {
-    #[error("endpoint {0:?} is not a grpc:// or grpc+tls:// URL")]
-    Endpoint(String),
-    #[error("cannot connect to {endpoint}: {source}")]
-    Connect {
-        endpoint: String,
-        #[source]
-        source: tonic::transport::Error,
-    },
-    #[error("{0}")]
-    Server(String),
+    #[error(transparent)]
+    Connect(lake_client::ClientError),
     #[error("a grpc+tls:// endpoint needs --tls-ca: the PEM certificate of the CA to trust")]
     NoCa,
+    #[error("{0}")]
+    Server(String),
     #[error("writing the result: {0}")]
     Output(String),
 }
@@ -47,18 +39,6 @@ fn server(e: arrow_flight::error::FlightError) -> SqlClientError {
     }
 }
 
-/// `grpc://host:port` (or `grpc+tcp://`) → the HTTP/2 URL tonic dials; `grpc+tls://` → https.
-fn dial_url(endpoint: &str) -> Result<(String, bool), SqlClientError> {
-    if let Some(rest) = endpoint.strip_prefix("grpc+tls://") {
-        return Ok((format!("https://{rest}"), true));
-    }
-    endpoint
-        .strip_prefix("grpc://")
-        .or_else(|| endpoint.strip_prefix("grpc+tcp://"))
-        .map(|rest| (format!("http://{rest}"), false))
-        .ok_or_else(|| SqlClientError::Endpoint(endpoint.to_owned()))
-}
-
 /// Runs `sql` at `endpoint` and writes the result to `out` in `format`.
 pub async fn run(
     endpoint: &str,
@@ -68,31 +48,16 @@ pub async fn run(
     tls_ca: Option<Vec<u8>>,
     out: &mut (dyn Write + Send),
 ) -> Result<(), SqlClientError> {
-    let (url, tls) = dial_url(endpoint)?;
-    let mut dial =
-        Endpoint::from_shared(url).map_err(|_| SqlClientError::Endpoint(endpoint.to_owned()))?;
-    if tls {
-        // No bundled root store: the CA to trust is explicit.
-        let ca = tls_ca.ok_or(SqlClientError::NoCa)?;
-        let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
-        dial = dial
-            .tls_config(config)
-            .map_err(|source| SqlClientError::Connect {
-                endpoint: endpoint.to_owned(),
-                source,
-            })?;
-    }
-    let channel = dial
-        .connect()
+    let options = lake_client::ConnectOptions {
+        token: token.map(str::to_owned),
+        tls_ca,
+    };
+    let mut client = lake_client::flight_sql(endpoint, &options)
         .await
-        .map_err(|source| SqlClientError::Connect {
-            endpoint: endpoint.to_owned(),
-            source,
+        .map_err(|e| match e {
+            lake_client::ClientError::NoCa => SqlClientError::NoCa,
+            other => SqlClientError::Connect(other),
         })?;
-    let mut client = FlightSqlServiceClient::new(channel);
-    if let Some(token) = token {
-        client.set_token(token.to_owned());
-    }
     let info = client.execute(sql.to_owned(), None).await.map_err(server)?;
     let schema = std::sync::Arc::new(
         info.clone()

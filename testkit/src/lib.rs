@@ -111,25 +111,42 @@ impl Moto {
 
 /// The emulator's request log (moto's recorder), one JSON object per request. The recorder is
 /// global to the server: while it runs it logs every test's requests, so tests filter the log by
-/// something only they use (e.g. an access key id).
+/// something only they use (e.g. an access key id), and one recording runs at a time.
 impl Moto {
-    pub fn start_recording(&self) {
+    pub fn start_recording(&'static self) -> Recording {
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let guard = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for action in ["reset-recording", "start-recording"] {
             let response = http(self.port, "POST", &format!("/moto-api/recorder/{action}"));
             assert!(response.starts_with("HTTP/1.1 200"), "{action}: {response}");
         }
+        Recording {
+            moto: self,
+            _one_at_a_time: guard,
+        }
     }
+}
 
-    /// Stops the recorder and returns what it logged.
-    pub fn stop_recording(&self) -> Vec<serde_json::Value> {
-        let response = http(self.port, "POST", "/moto-api/recorder/stop-recording");
+/// A running recording; [`Recording::stop`] returns what it logged.
+pub struct Recording {
+    moto: &'static Moto,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Recording {
+    pub fn stop(self) -> Vec<serde_json::Value> {
+        let port = self.moto.port;
+        let response = http(port, "POST", "/moto-api/recorder/stop-recording");
         assert!(response.starts_with("HTTP/1.1 200"), "stop: {response}");
-        let log = http(self.port, "GET", "/moto-api/recorder/download-recording");
+        let log = http(port, "GET", "/moto-api/recorder/download-recording");
         let (head, body) = log.split_once("\r\n\r\n").expect("an HTTP response");
         assert!(head.starts_with("HTTP/1.1 200"), "download: {head}");
+        // Other tests' requests still in flight may leave a half-written last line; the
+        // recording test's own processes have finished by now, so their records are whole.
         body.lines()
-            .filter(|l| l.starts_with('{'))
-            .map(|l| serde_json::from_str(l).expect("a JSON request record"))
+            .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
     }
 }

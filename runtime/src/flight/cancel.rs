@@ -67,9 +67,7 @@ mod tests {
         plan.apply(|node| {
             for child in node.children() {
                 let parent_is_coop = node.is::<CooperativeExec>();
-                if !child.children().is_empty()
-                    && !child.is::<CooperativeExec>()
-                    && !parent_is_coop
+                if !child.children().is_empty() && !child.is::<CooperativeExec>() && !parent_is_coop
                 {
                     unwrapped.push(child.name().to_owned());
                 }
@@ -77,10 +75,10 @@ mod tests {
             Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
         })
         .unwrap();
+        assert!(plan.is::<CooperativeExec>(), "the root has no yield point");
         assert!(
-            plan.is::<CooperativeExec>(),
-            "the root has no yield point"
+            unwrapped.is_empty(),
+            "operators without a yield point: {unwrapped:?}"
         );
-        assert!(unwrapped.is_empty(), "operators without a yield point: {unwrapped:?}");
     }
 }

@@ -3,6 +3,7 @@
 mod auth;
 mod cancel;
 mod catalog;
+mod copy;
 mod service;
 mod sql;
 mod surface;
@@ -71,7 +72,7 @@ pub async fn serve(
         role,
         tokens.clone(),
     )))
-        .max_decoding_message_size(MAX_DECODING);
+    .max_decoding_message_size(MAX_DECODING);
     let mut server = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         server =

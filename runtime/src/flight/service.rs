@@ -34,6 +34,8 @@ use futures::{Stream, StreamExt, TryStreamExt, stream};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
+use lake_common::stage::{DESCRIBE_STAGE_ACTION, METADATA_ENDPOINT_ACTION};
+
 use super::auth::Tokens;
 
 use super::catalog::{CATALOG, LakeCatalog};
@@ -42,6 +44,7 @@ use super::wire::{to_wire, wire_schema};
 use crate::catalog::{CatalogError, NamespaceName, TableName};
 use crate::context::{ContextError, MetadataContext, QueryContext};
 use crate::engine::{Engine, EngineError, TableRef};
+use crate::stage::StageError;
 
 /// The most bytes of one FlightData message.
 const MAX_FLIGHT_DATA: usize = 2 * 1024 * 1024;
@@ -50,7 +53,7 @@ const MAX_FLIGHT_DATA: usize = 2 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub enum Role {
     Query {
-        context: QueryContext,
+        context: Arc<QueryContext>,
         /// Where clients are sent for writes.
         metadata_endpoint: Option<String>,
     },
@@ -183,6 +186,10 @@ fn context_status(e: ContextError) -> Status {
         }
         ContextError::Catalog(CatalogError::Name(e)) => Status::invalid_argument(e.to_string()),
         ContextError::Engine(e) => engine_status(*e),
+        ContextError::Stage(StageError::NotFound(path)) => {
+            Status::not_found(format!("nothing in the stage at {path:?}"))
+        }
+        ContextError::Load(e) => Status::invalid_argument(e.to_string()),
         other => Status::internal(other.to_string()),
     }
 }
@@ -296,6 +303,11 @@ impl LakeFlightSql {
                     .map_err(engine_status)?;
                 Ok(committed.rows as i64)
             }
+            Write::CopyInto(copy) => metadata
+                .copy_into(&copy.table, &copy.path, copy.format)
+                .await
+                .map(|rows| rows as i64)
+                .map_err(context_status),
         }
     }
 
@@ -340,10 +352,12 @@ impl LakeFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<SchemaResult, Status> {
         use arrow_flight::sql::{Any, Command};
-        let any = Any::decode(&*request.get_ref().cmd)
-            .map_err(|e| Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}")))?;
-        let command = Command::try_from(any)
-            .map_err(|e| Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}")))?;
+        let any = Any::decode(&*request.get_ref().cmd).map_err(|e| {
+            Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}"))
+        })?;
+        let command = Command::try_from(any).map_err(|e| {
+            Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}"))
+        })?;
         let schema = match command {
             Command::CommandStatementQuery(query) => {
                 self.statement_schema(Handle::Sql(query.query)).await?
@@ -359,7 +373,9 @@ impl LakeFlightSql {
             | Command::CommandGetSqlInfo(_)
             | Command::CommandGetPrimaryKeys(_)
             | Command::CommandGetXdbcTypeInfo(_) => {
-                let info = FlightService::get_flight_info(self, request).await?.into_inner();
+                let info = FlightService::get_flight_info(self, request)
+                    .await?
+                    .into_inner();
                 return Ok(SchemaResult {
                     schema: info.schema,
                 });
@@ -767,6 +783,28 @@ impl FlightSqlService for LakeFlightSql {
                 };
                 Ok(Response::new(Box::pin(stream::iter([Ok(result)]))))
             }
+            DESCRIBE_STAGE_ACTION => {
+                let descriptor = match &self.role {
+                    Role::Query { context, .. } => context.stage(),
+                    Role::Metadata(context) => context.stage().descriptor(),
+                };
+                let result = arrow_flight::Result {
+                    body: descriptor.encode().into(),
+                };
+                Ok(Response::new(Box::pin(stream::iter([Ok(result)]))))
+            }
+            METADATA_ENDPOINT_ACTION => {
+                let endpoint = match &self.role {
+                    Role::Query {
+                        metadata_endpoint, ..
+                    } => metadata_endpoint.clone().unwrap_or_default(),
+                    Role::Metadata(_) => String::new(),
+                };
+                let result = arrow_flight::Result {
+                    body: endpoint.into_bytes().into(),
+                };
+                Ok(Response::new(Box::pin(stream::iter([Ok(result)]))))
+            }
             other => Err(Status::unimplemented(format!(
                 "action {other:?} is not supported"
             ))),
@@ -774,10 +812,26 @@ impl FlightSqlService for LakeFlightSql {
     }
 
     async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
-        Some(vec![Ok(ActionType {
-            r#type: "CloseSession".into(),
-            description: "Close the session (lake keeps no session state)".into(),
-        })])
+        let action = |name: &str, description: &str| {
+            Ok(ActionType {
+                r#type: name.into(),
+                description: description.into(),
+            })
+        };
+        Some(vec![
+            action(
+                "CloseSession",
+                "Close the session (lake keeps no session state)",
+            ),
+            action(
+                DESCRIBE_STAGE_ACTION,
+                "The managed stage's location as a versioned JSON descriptor (never a credential)",
+            ),
+            action(
+                METADATA_ENDPOINT_ACTION,
+                "The metadata endpoint that takes writes (empty if none is configured)",
+            ),
+        ])
     }
 
     async fn do_action_close_prepared_statement(

@@ -21,6 +21,7 @@ use datafusion::execution::SessionStateBuilder;
 
 use super::cancel::YieldAboveEveryOperator;
 use super::catalog::{CATALOG, LakeCatalog};
+use super::copy::CopyInto;
 use crate::catalog::{NamespaceName, TableName};
 use crate::engine::{Engine, TableRef};
 
@@ -51,6 +52,8 @@ pub enum Write {
         /// A SQL predicate; `None` deletes every row.
         predicate: Option<String>,
     },
+    /// `COPY INTO` from the stage.
+    CopyInto(CopyInto),
 }
 
 #[derive(Debug)]
@@ -164,6 +167,14 @@ pub async fn plan(
     sql: &str,
     params: Option<Vec<ScalarValue>>,
 ) -> Result<Planned, Status> {
+    if let Some(copy) = super::copy::parse(sql) {
+        if params.is_some() {
+            return Err(Status::unimplemented(
+                "parameterised writes are not supported yet; inline the values",
+            ));
+        }
+        return copy.map(|c| Planned::Write(Write::CopyInto(c)));
+    }
     let mut statement = parse_one(sql)?;
     number_placeholders(&mut statement);
     // DELETE: Lance takes the predicate as SQL text.

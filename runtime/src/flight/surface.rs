@@ -6,8 +6,8 @@
 
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
-    Action, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
-    HandshakeRequest, PollInfo, SchemaResult, Ticket,
+    Action, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo,
+    SchemaResult, Ticket,
 };
 use tonic::{Request, Response, Status, Streaming};
 

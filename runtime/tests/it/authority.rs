@@ -12,12 +12,11 @@ use aws_sdk_dynamodb::operation::{
     put_item::PutItemInput, query::QueryInput, scan::ScanInput, update_item::UpdateItemInput,
     update_table::UpdateTableInput,
 };
-use lake_common::config::RuntimeConfig;
 use lake_common::plan::Role;
 use lake_runtime::aws::ConnectOptions;
 use lake_runtime::context::{MetadataContext, QueryContext};
 
-use crate::support::{CloudLake, credentials, seed, table};
+use crate::support::{CloudLake, Served, credentials, requests_of, seed, table};
 
 /// Records (action, table) of every DynamoDB call.
 #[derive(Debug, Default, Clone)]
@@ -116,102 +115,6 @@ async fn cloud_query_reads_only_the_manifest_table() {
     );
 }
 
-/// `lake serve` for one role of `lake`, as a process with its own AWS access key id (so the
-/// emulator's request log tells the two roles apart); killed when dropped.
-struct Served {
-    child: std::process::Child,
-    endpoint: String,
-}
-
-impl Served {
-    fn start(lake: &CloudLake, role: Role, access_key: &str, metadata: Option<&str>) -> Self {
-        use std::io::{BufRead, BufReader};
-        use std::process::{Command, Stdio};
-        let config = RuntimeConfig::for_role(
-            &lake.plan,
-            role,
-            Some(lake.cluster.clone()),
-            "127.0.0.1:0".parse().unwrap(),
-            metadata.map(str::to_owned),
-        );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lake"))
-            .arg("serve")
-            .env_clear()
-            .envs(config.to_vars())
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_ACCESS_KEY_ID", access_key)
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let endpoint = line
-            .trim()
-            .strip_prefix(&format!("{role} "))
-            .unwrap_or_else(|| panic!("lake serve --role {role} printed {line:?}"))
-            .to_owned();
-        Self { child, endpoint }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// (service, action, resource) of one recorded request signed with `access_key`: DynamoDB as
-/// (`dynamodb`, target, TableName), S3 as (`s3`, HTTP method, path).
-fn requests_of(log: &[serde_json::Value], access_key: &str) -> Vec<(String, String, String)> {
-    use base64::Engine as _;
-    let credential = format!("Credential={access_key}/");
-    log.iter()
-        .filter_map(|entry| {
-            let headers = entry["headers"].as_object()?;
-            let auth = headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))?
-                .1
-                .as_str()?;
-            if !auth.contains(&credential) {
-                return None;
-            }
-            let header = |name: &str| {
-                headers
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                    .and_then(|(_, v)| v.as_str())
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            let target = header("x-amz-target");
-            if let Some(action) = target.strip_prefix("DynamoDB_20120810.") {
-                let body = entry["body"].as_str().unwrap_or_default();
-                let body = if entry["body_encoded"].as_bool() == Some(true) {
-                    base64::engine::general_purpose::STANDARD
-                        .decode(body)
-                        .unwrap_or_default()
-                } else {
-                    body.as_bytes().to_vec()
-                };
-                let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                let table = json["TableName"].as_str().unwrap_or_default().to_owned();
-                Some(("dynamodb".into(), action.to_owned(), table))
-            } else {
-                let method = entry["method"].as_str().unwrap_or_default().to_owned();
-                let url = entry["url"].as_str().unwrap_or_default().to_owned();
-                Some(("s3".into(), method, url))
-            }
-        })
-        .collect()
-}
-
 #[test]
 fn served_query_process_reads_only_the_manifest_table() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -220,7 +123,7 @@ fn served_query_process_reads_only_the_manifest_table() {
     let query_key = lake_testkit::unique("QUERYKEY").to_uppercase();
     let metadata_key = lake_testkit::unique("METAKEY").to_uppercase();
 
-    moto.start_recording();
+    let recording = moto.start_recording();
     let metadata = Served::start(&lake, Role::Metadata, &metadata_key, None);
     let query = Served::start(&lake, Role::Query, &query_key, Some(&metadata.endpoint));
     let script = r#"
@@ -251,7 +154,7 @@ print("ok")
         lake_testkit::python(&["-c", script, &query.endpoint, &metadata.endpoint]);
     drop(query);
     drop(metadata);
-    let log = moto.stop_recording();
+    let log = recording.stop();
     assert!(ok, "client failed:\n{stdout}\n{stderr}");
 
     let query_calls = requests_of(&log, &query_key);

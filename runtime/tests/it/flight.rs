@@ -1,92 +1,11 @@
 //! The Flight SQL endpoints through real clients: `lake local` as a process, driven by ADBC and
 //! raw pyarrow.flight from Python.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use lake_testkit::python;
 
-/// `lake local` on free ports; killed when dropped.
-struct LocalLake {
-    child: Child,
-    query: String,
-    metadata: String,
-    _dir: tempfile::TempDir,
-}
-
-impl LocalLake {
-    fn start() -> Self {
-        Self::start_with(&[])
-    }
-
-    fn start_with(extra: &[&str]) -> Self {
-        Self::start_in(tempfile::tempdir().unwrap(), extra)
-    }
-
-    /// Starts on an existing data directory (e.g. after a restart).
-    fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lake"))
-            .args(["local", "--data"])
-            .arg(dir.path())
-            .args([
-                "--query-addr",
-                "127.0.0.1:0",
-                "--metadata-addr",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut endpoint = |role: &str| loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("lake local exited before printing the {role} endpoint"))
-                .unwrap();
-            if let Some(rest) = line.trim().strip_prefix(role) {
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
-        let query = endpoint("query");
-        let metadata = endpoint("metadata");
-        Self {
-            child,
-            query,
-            metadata,
-            _dir: dir,
-        }
-    }
-}
-
-impl LocalLake {
-    /// Stops the server and hands back its data directory.
-    fn stop(mut self) -> tempfile::TempDir {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let dir = tempfile::tempdir().unwrap();
-        std::mem::replace(&mut self._dir, dir)
-    }
-
-    /// The server's peak resident memory so far, in bytes (Linux `VmHWM`).
-    fn peak_rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/<pid>/status");
-        kb * 1024
-    }
-}
-
-impl Drop for LocalLake {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::support::LocalLake;
 
 #[test]
 fn adbc_and_pyarrow_flight_against_lake_local() {

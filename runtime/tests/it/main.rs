@@ -10,4 +10,5 @@ mod flight;
 mod interop;
 mod manifest;
 mod plan;
+mod sdk;
 mod store;

@@ -1,13 +1,16 @@
 //! Fixtures: a provisioned cloud lake on the emulator, a local lake, and small record batches.
 
+use std::io::{BufRead, BufReader};
 use std::ops::Range;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use aws_credential_types::Credentials;
+use lake_common::config::RuntimeConfig;
 use lake_common::plan::{
-    AuthorityPlan, AuthorityRequest, ManifestStore, PlanFields, RegistryStore, StorageRequest,
+    AuthorityPlan, AuthorityRequest, ManifestStore, PlanFields, RegistryStore, Role, StorageRequest,
 };
 use lake_runtime::aws::AwsConnection;
 use lake_runtime::aws::ConnectOptions;
@@ -225,4 +228,180 @@ pub async fn ids(dataset: &Dataset) -> Vec<i64> {
     let mut ids: Vec<i64> = column.iter().flatten().collect();
     ids.sort_unstable();
     ids
+}
+
+/// `lake local` on free ports; killed when dropped.
+pub struct LocalLake {
+    pub child: Child,
+    pub query: String,
+    pub metadata: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl LocalLake {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), extra)
+    }
+
+    /// Starts on an existing data directory (e.g. after a restart).
+    pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lake"))
+            .args(["local", "--data"])
+            .arg(dir.path())
+            .args([
+                "--query-addr",
+                "127.0.0.1:0",
+                "--metadata-addr",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut endpoint = |role: &str| loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("lake local exited before printing the {role} endpoint"))
+                .unwrap();
+            if let Some(rest) = line.trim().strip_prefix(role) {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        let query = endpoint("query");
+        let metadata = endpoint("metadata");
+        Self {
+            child,
+            query,
+            metadata,
+            dir,
+        }
+    }
+}
+
+impl LocalLake {
+    /// Stops the server and hands back its data directory.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    /// The server's peak resident memory so far, in bytes (Linux `VmHWM`).
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status");
+        kb * 1024
+    }
+}
+
+impl Drop for LocalLake {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `lake serve` for one role of `lake`, as a process with its own AWS access key id (so the
+/// emulator's request log tells the two roles apart); killed when dropped.
+pub struct Served {
+    pub child: std::process::Child,
+    pub endpoint: String,
+}
+
+impl Served {
+    pub fn start(lake: &CloudLake, role: Role, access_key: &str, metadata: Option<&str>) -> Self {
+        let config = RuntimeConfig::for_role(
+            &lake.plan,
+            role,
+            Some(lake.cluster.clone()),
+            "127.0.0.1:0".parse().unwrap(),
+            metadata.map(str::to_owned),
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lake"))
+            .arg("serve")
+            .env_clear()
+            .envs(config.to_vars())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("AWS_ACCESS_KEY_ID", access_key)
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let endpoint = line
+            .trim()
+            .strip_prefix(&format!("{role} "))
+            .unwrap_or_else(|| panic!("lake serve --role {role} printed {line:?}"))
+            .to_owned();
+        Self { child, endpoint }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// (service, action, resource) of one recorded request signed with `access_key`: DynamoDB as
+/// (`dynamodb`, target, TableName), S3 as (`s3`, HTTP method, path).
+pub fn requests_of(log: &[serde_json::Value], access_key: &str) -> Vec<(String, String, String)> {
+    use base64::Engine as _;
+    let credential = format!("Credential={access_key}/");
+    log.iter()
+        .filter_map(|entry| {
+            let headers = entry["headers"].as_object()?;
+            let auth = headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))?
+                .1
+                .as_str()?;
+            if !auth.contains(&credential) {
+                return None;
+            }
+            let header = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .and_then(|(_, v)| v.as_str())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let target = header("x-amz-target");
+            if let Some(action) = target.strip_prefix("DynamoDB_20120810.") {
+                let body = entry["body"].as_str().unwrap_or_default();
+                let body = if entry["body_encoded"].as_bool() == Some(true) {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(body)
+                        .unwrap_or_default()
+                } else {
+                    body.as_bytes().to_vec()
+                };
+                let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let table = json["TableName"].as_str().unwrap_or_default().to_owned();
+                Some(("dynamodb".into(), action.to_owned(), table))
+            } else {
+                let method = entry["method"].as_str().unwrap_or_default().to_owned();
+                let url = entry["url"].as_str().unwrap_or_default().to_owned();
+                Some(("s3".into(), method, url))
+            }
+        })
+        .collect()
 }

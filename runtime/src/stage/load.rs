@@ -1,0 +1,344 @@
+//! Decoding stage files (Parquet, CSV, Arrow IPC) into batches of a table's schema.
+//!
+//! Columns are matched by name. A file type is accepted when it equals the table's type or widens
+//! to it without loss (int32 → int64, float32 → float64, the string and binary encodings,
+//! dictionaries of the type); anything else is a schema mismatch naming every offending column,
+//! decided before a single row is written.
+
+use std::io::Cursor;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::compute::CastOptions;
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::error::ArrowError;
+use bytes::Bytes;
+use lake_common::stage::StagePath;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    Parquet,
+    Csv,
+    Arrow,
+}
+
+impl FromStr for FileFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "parquet" => Ok(Self::Parquet),
+            "csv" => Ok(Self::Csv),
+            "arrow" | "ipc" => Ok(Self::Arrow),
+            other => Err(format!(
+                "unknown file format {other:?}; use PARQUET, CSV or ARROW"
+            )),
+        }
+    }
+}
+
+impl FileFormat {
+    /// The format a file name's extension implies.
+    pub fn from_path(path: &StagePath) -> Option<Self> {
+        let ext = path.as_str().rsplit_once('.')?.1.to_ascii_lowercase();
+        match ext.as_str() {
+            "parquet" | "pq" => Some(Self::Parquet),
+            "csv" => Some(Self::Csv),
+            "arrow" | "arrows" | "ipc" | "feather" => Some(Self::Arrow),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(
+        "cannot tell the format of {path}; name it .parquet, .csv or .arrow, or add \
+         FILE_FORMAT = PARQUET|CSV|ARROW"
+    )]
+    UnknownFormat { path: String },
+    #[error("{path} is not a readable {format:?} file: {message}")]
+    Decode {
+        path: String,
+        format: FileFormat,
+        message: String,
+    },
+    #[error("{path} does not match the table's schema: {}", problems.join("; "))]
+    SchemaMismatch { path: String, problems: Vec<String> },
+}
+
+/// Decodes `bytes` (the file at `path`) into batches with exactly `target`'s schema.
+pub fn load(
+    path: &StagePath,
+    bytes: Bytes,
+    format: Option<FileFormat>,
+    target: &SchemaRef,
+) -> Result<Vec<RecordBatch>, LoadError> {
+    let format = format
+        .or_else(|| FileFormat::from_path(path))
+        .ok_or_else(|| LoadError::UnknownFormat {
+            path: path.to_string(),
+        })?;
+    let decode = |e: &dyn std::fmt::Display| LoadError::Decode {
+        path: path.to_string(),
+        format,
+        message: e.to_string(),
+    };
+    match format {
+        FileFormat::Parquet => {
+            let reader =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .map_err(|e| decode(&e))?;
+            conform(path, reader.schema().as_ref(), target)?;
+            let batches = reader
+                .build()
+                .map_err(|e| decode(&e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| decode(&e))?;
+            cast_all(batches, target).map_err(|e| decode(&e))
+        }
+        FileFormat::Arrow => {
+            let (schema, batches) = read_ipc(bytes).map_err(|e| decode(&e))?;
+            conform(path, &schema, target)?;
+            cast_all(batches, target).map_err(|e| decode(&e))
+        }
+        FileFormat::Csv => {
+            // CSV has names but no types: the header must name the table's columns, in order,
+            // and the values are parsed as the table's types.
+            let (header, _) = arrow::csv::reader::Format::default()
+                .with_header(true)
+                .infer_schema(Cursor::new(&bytes), Some(0))
+                .map_err(|e| decode(&e))?;
+            let names: Vec<&str> = header.fields().iter().map(|f| f.name().as_str()).collect();
+            let expected: Vec<&str> = target.fields().iter().map(|f| f.name().as_str()).collect();
+            if names != expected {
+                return Err(LoadError::SchemaMismatch {
+                    path: path.to_string(),
+                    problems: vec![format!(
+                        "the CSV header is {names:?}; the table's columns are {expected:?}"
+                    )],
+                });
+            }
+            arrow::csv::ReaderBuilder::new(target.clone())
+                .with_header(true)
+                .build(Cursor::new(bytes))
+                .map_err(|e| decode(&e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| decode(&e))
+        }
+    }
+}
+
+fn read_ipc(bytes: Bytes) -> Result<(Schema, Vec<RecordBatch>), ArrowError> {
+    // The file format starts with "ARROW1"; anything else is tried as a stream.
+    if bytes.starts_with(b"ARROW1") {
+        let reader = arrow::ipc::reader::FileReader::try_new(Cursor::new(bytes), None)?;
+        let schema = reader.schema().as_ref().clone();
+        Ok((schema, reader.collect::<Result<_, _>>()?))
+    } else {
+        let reader = arrow::ipc::reader::StreamReader::try_new(Cursor::new(bytes), None)?;
+        let schema = reader.schema().as_ref().clone();
+        Ok((schema, reader.collect::<Result<_, _>>()?))
+    }
+}
+
+/// Every problem between a file's schema and the table's, or none.
+fn conform(path: &StagePath, file: &Schema, table: &Schema) -> Result<(), LoadError> {
+    let mut problems = Vec::new();
+    for field in table.fields() {
+        match file.field_with_name(field.name()) {
+            Err(_) => problems.push(format!("column {:?} is missing", field.name())),
+            Ok(found) if !widens(found.data_type(), field.data_type()) => problems.push(format!(
+                "column {:?} is {} in the file but {} in the table",
+                field.name(),
+                found.data_type(),
+                field.data_type()
+            )),
+            Ok(_) => {}
+        }
+    }
+    for field in file.fields() {
+        if table.field_with_name(field.name()).is_err() {
+            problems.push(format!("column {:?} is not in the table", field.name()));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(LoadError::SchemaMismatch {
+            path: path.to_string(),
+            problems,
+        })
+    }
+}
+
+/// Whether values of `from` convert to `to` without loss.
+fn widens(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    if from == to {
+        return true;
+    }
+    let rank = |t: &DataType| match t {
+        Int8 => Some((0, 1)),
+        Int16 => Some((0, 2)),
+        Int32 => Some((0, 3)),
+        Int64 => Some((0, 4)),
+        UInt8 => Some((1, 1)),
+        UInt16 => Some((1, 2)),
+        UInt32 => Some((1, 3)),
+        UInt64 => Some((1, 4)),
+        Float16 => Some((2, 1)),
+        Float32 => Some((2, 2)),
+        Float64 => Some((2, 3)),
+        _ => None,
+    };
+    match (from, to) {
+        (Dictionary(_, value), _) => widens(value, to),
+        (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => true,
+        (Binary | LargeBinary | BinaryView, Binary | LargeBinary | BinaryView) => true,
+        _ => match (rank(from), rank(to)) {
+            // Same family, wider or equal; unsigned into a strictly wider signed integer.
+            (Some((f, a)), Some((t, b))) if f == t => a <= b,
+            (Some((1, a)), Some((0, b))) => a < b,
+            _ => false,
+        },
+    }
+}
+
+fn cast_all(batches: Vec<RecordBatch>, target: &SchemaRef) -> Result<Vec<RecordBatch>, ArrowError> {
+    // Not "safe": a value that does not fit is an error, never a silent null.
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    batches
+        .into_iter()
+        .map(|batch| {
+            let columns = target
+                .fields()
+                .iter()
+                .map(|field| {
+                    let column = batch.column_by_name(field.name()).ok_or_else(|| {
+                        ArrowError::SchemaError(format!("column {:?} is missing", field.name()))
+                    })?;
+                    arrow::compute::cast_with_options(column, field.data_type(), &options)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            RecordBatch::try_new(Arc::clone(target), columns)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float32Array, Int32Array, StringArray};
+    use arrow::datatypes::Field;
+
+    fn table() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("price", DataType::Float64, true),
+            Field::new("item", DataType::Utf8, true),
+        ]))
+    }
+
+    fn path(p: &str) -> StagePath {
+        StagePath::parse(p).unwrap()
+    }
+
+    fn ipc(batch: &RecordBatch) -> Bytes {
+        let mut out = Vec::new();
+        let mut writer =
+            arrow::ipc::writer::FileWriter::try_new(&mut out, &batch.schema()).unwrap();
+        writer.write(batch).unwrap();
+        writer.finish().unwrap();
+        drop(writer);
+        Bytes::from(out)
+    }
+
+    #[test]
+    fn narrower_numbers_widen_to_the_table() {
+        let file = RecordBatch::try_from_iter(vec![
+            ("id", Arc::new(Int32Array::from(vec![1, 2])) as _),
+            ("price", Arc::new(Float32Array::from(vec![1.5, 2.5])) as _),
+            ("item", Arc::new(StringArray::from(vec!["a", "b"])) as _),
+        ])
+        .unwrap();
+        let batches = load(&path("in/a.arrow"), ipc(&file), None, &table()).unwrap();
+        assert_eq!(batches[0].schema(), table());
+        assert_eq!(batches[0].num_rows(), 2);
+    }
+
+    #[test]
+    fn mismatches_name_every_column() {
+        let file = RecordBatch::try_from_iter(vec![
+            ("id", Arc::new(StringArray::from(vec!["1"])) as _),
+            ("extra", Arc::new(Int32Array::from(vec![1])) as _),
+        ])
+        .unwrap();
+        let err = load(&path("a.arrow"), ipc(&file), None, &table()).unwrap_err();
+        let text = err.to_string();
+        for part in [
+            "column \"id\" is Utf8 in the file but Int64",
+            "column \"price\" is missing",
+            "column \"item\" is missing",
+            "column \"extra\" is not in the table",
+        ] {
+            assert!(text.contains(part), "{text} lacks {part}");
+        }
+    }
+
+    #[test]
+    fn csv_needs_the_table_header_and_parses_its_types() {
+        let good = Bytes::from_static(b"id,price,item\n1,2.5,tea\n2,3,cake\n");
+        let batches = load(&path("x.csv"), good, None, &table()).unwrap();
+        assert_eq!(batches[0].num_rows(), 2);
+        let wrong = Bytes::from_static(b"id,item,price\n1,tea,2.5\n");
+        assert!(matches!(
+            load(&path("x.csv"), wrong, None, &table()),
+            Err(LoadError::SchemaMismatch { .. })
+        ));
+        let bad_value = Bytes::from_static(b"id,price,item\none,2.5,tea\n");
+        assert!(matches!(
+            load(&path("x.csv"), bad_value, None, &table()),
+            Err(LoadError::Decode { .. })
+        ));
+    }
+
+    #[test]
+    fn the_format_comes_from_the_option_or_the_extension() {
+        let csv = Bytes::from_static(b"id,price,item\n1,2.5,tea\n");
+        assert!(matches!(
+            load(&path("data.txt"), csv.clone(), None, &table()),
+            Err(LoadError::UnknownFormat { .. })
+        ));
+        assert!(load(&path("data.txt"), csv, Some(FileFormat::Csv), &table()).is_ok());
+        assert!(matches!(
+            load(
+                &path("x.parquet"),
+                Bytes::from_static(b"nope"),
+                None,
+                &table()
+            ),
+            Err(LoadError::Decode {
+                format: FileFormat::Parquet,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn only_lossless_conversions_widen() {
+        use DataType::*;
+        assert!(widens(&Int32, &Int64));
+        assert!(widens(&UInt32, &Int64));
+        assert!(!widens(&UInt64, &Int64));
+        assert!(!widens(&Int64, &Int32));
+        assert!(!widens(&Float64, &Float32));
+        assert!(!widens(&Int32, &Float64));
+        assert!(widens(&LargeUtf8, &Utf8));
+        assert!(widens(&Dictionary(Box::new(Int32), Box::new(Utf8)), &Utf8));
+        assert!(!widens(&Utf8, &Int64));
+    }
+}

@@ -4,6 +4,7 @@
 //! client), and back both reconcile and the offline `lake-operator render` dry-run.
 
 pub mod crd;
+pub mod plan;
 pub mod render;
 pub mod strict;
 pub mod validate;

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::CustomResourceExt;
 use lake_operator::crd::{LakeCluster, crd_yaml};
+use lake_operator::plan::IamInputs;
 use lake_operator::{render, strict, validate};
 
 /// The lake operator: LakeCluster → DynamoDB tables, IAM policies, query and metadata workloads.
@@ -25,13 +26,22 @@ enum Command {
         file: PathBuf,
         #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
         output: Format,
+        /// The cluster's IAM OIDC provider (for the IRSA trust policies), e.g.
+        /// oidc.eks.eu-west-1.amazonaws.com/id/EXAMPLE.
+        #[arg(long)]
+        oidc_provider: Option<String>,
     },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Format {
+    /// The plan summary (cluster, roles, tables, policies), then every object as its own
+    /// YAML document.
     Yaml,
+    /// Everything as one JSON document.
     Json,
+    /// Only the Kubernetes objects, as multi-document YAML (`kubectl apply -f -`).
+    Manifests,
 }
 
 fn main() -> ExitCode {
@@ -44,7 +54,11 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&format!("cannot serialise the CRD: {e}")),
         },
-        Command::Render { file, output } => render_file(&file, output),
+        Command::Render {
+            file,
+            output,
+            oidc_provider,
+        } => render_file(&file, output, oidc_provider),
     }
 }
 
@@ -53,7 +67,7 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn render_file(file: &PathBuf, output: Format) -> ExitCode {
+fn render_file(file: &PathBuf, output: Format, oidc_provider: Option<String>) -> ExitCode {
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(e) => return fail(&format!("cannot read {}: {e}", file.display())),
@@ -92,9 +106,31 @@ fn render_file(file: &PathBuf, output: Format) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let plan = render::render(&validated);
+    let inputs = IamInputs {
+        oidc_provider,
+        ..Default::default()
+    };
+    let plan = render::render(&validated, &inputs);
+    let yaml_docs = |values: &mut dyn Iterator<Item = Result<String, serde_yaml::Error>>| {
+        values
+            .map(|doc| doc.map(|d| format!("---\n{d}")))
+            .collect::<Result<String, _>>()
+            .map_err(|e| e.to_string())
+    };
     let printed = match output {
-        Format::Yaml => serde_yaml::to_string(&plan).map_err(|e| e.to_string()),
+        Format::Yaml => {
+            let summary = serde_json::json!({
+                "cluster": plan.cluster,
+                "roles": plan.roles,
+                "tables": plan.tables,
+                "policies": plan.policies,
+            });
+            yaml_docs(
+                &mut std::iter::once(serde_yaml::to_string(&summary))
+                    .chain(plan.objects.iter().map(serde_yaml::to_string)),
+            )
+        }
+        Format::Manifests => yaml_docs(&mut plan.objects.iter().map(serde_yaml::to_string)),
         Format::Json => serde_json::to_string_pretty(&plan)
             .map(|s| s + "\n")
             .map_err(|e| e.to_string()),

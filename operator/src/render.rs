@@ -1,5 +1,6 @@
-//! render: the offline dry-run of a `LakeCluster` — what the operator would provision and what
-//! each runtime role would be configured with. Pure: the same code paths as reconcile, no client.
+//! render: the offline dry-run of a `LakeCluster` — what the operator would provision (tables,
+//! IAM policies, every Kubernetes object) and what each runtime role would be configured with.
+//! Pure: the same plan reconcile applies, no client.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -8,6 +9,7 @@ use lake_common::config::{RuntimeConfig, default_port};
 use lake_common::plan::{Role, RolePlan};
 use serde::Serialize;
 
+use crate::plan::{DesiredTable, IamInputs, LakePlan, Object, RolePolicy, plan};
 use crate::validate::ValidatedCluster;
 
 #[derive(Debug, Serialize)]
@@ -15,6 +17,12 @@ use crate::validate::ValidatedCluster;
 pub struct RenderedPlan<'a> {
     pub cluster: &'a ValidatedCluster,
     pub roles: BTreeMap<Role, RenderedRole>,
+    /// The DynamoDB tables (with markers) reconcile creates or adopts.
+    pub tables: Vec<DesiredTable>,
+    /// The inline policy (and IRSA trust policy) of each role.
+    pub policies: Vec<RolePolicy>,
+    /// Every Kubernetes object, as applied.
+    pub objects: Vec<Object>,
 }
 
 #[derive(Debug, Serialize)]
@@ -53,7 +61,7 @@ pub fn runtime_config(cluster: &ValidatedCluster, role: Role) -> RuntimeConfig {
     )
 }
 
-pub fn render(cluster: &ValidatedCluster) -> RenderedPlan<'_> {
+pub fn render<'a>(cluster: &'a ValidatedCluster, inputs: &IamInputs) -> RenderedPlan<'a> {
     let roles = [Role::Query, Role::Metadata]
         .into_iter()
         .map(|role| {
@@ -66,5 +74,16 @@ pub fn render(cluster: &ValidatedCluster) -> RenderedPlan<'_> {
             (role, rendered)
         })
         .collect();
-    RenderedPlan { cluster, roles }
+    let LakePlan {
+        tables,
+        policies,
+        objects,
+    } = plan(cluster, inputs);
+    RenderedPlan {
+        cluster,
+        roles,
+        tables,
+        policies,
+        objects,
+    }
 }

@@ -3,6 +3,9 @@
 use lake_common::plan::{
     AuthorityPlan, AuthorityRequest, PlanError, PlanErrors, PlanFields, StorageRequest,
 };
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde::Serialize;
 
 use crate::crd::{Approval, DeletionPolicy, LakeCluster, ServiceType};
@@ -33,11 +36,17 @@ pub struct QueryWorkload {
     pub replicas: i32,
     pub image: String,
     pub service_type: ServiceType,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub service_annotations: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MetadataWorkload {
     pub image: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -162,9 +171,17 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
                     .as_ref()
                     .map(|s| s.type_)
                     .unwrap_or_default(),
+                service_annotations: spec
+                    .query
+                    .service
+                    .as_ref()
+                    .map(|s| s.annotations.clone())
+                    .unwrap_or_default(),
+                resources: spec.query.resources.clone(),
             },
             metadata: MetadataWorkload {
                 image: spec.metadata.image.clone(),
+                resources: spec.metadata.resources.clone(),
             },
             iam: spec.iam.as_ref().map(|iam| IamRoles {
                 query_role: iam.query_role.clone(),

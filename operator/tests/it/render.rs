@@ -132,3 +132,74 @@ fn crd_subcommand_prints_the_checked_in_crd() {
         "`lake-operator crd` differs from crds/lakecluster.yaml"
     );
 }
+
+const SAMPLES: [&str; 2] = ["lakecluster-cloud", "lakecluster-local"];
+
+#[test]
+fn rendered_objects_pass_kubernetes_validate_strict() {
+    let dir = tempfile::tempdir().unwrap();
+    for sample in SAMPLES {
+        let out = render(
+            &format!("config/samples/{sample}.yaml"),
+            &["-o", "manifests"],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let file = dir.path().join(format!("{sample}.yaml"));
+        std::fs::write(&file, &out.stdout).unwrap();
+        let check = Command::new(lake_testkit::venv_tool("kubernetes-validate"))
+            .arg("--strict")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let report = text(&check.stdout);
+        assert!(
+            check.status.success(),
+            "{sample}: kubernetes-validate --strict failed:\n{report}{}",
+            text(&check.stderr)
+        );
+        // ConfigMap, ServiceAccount, Deployment, Service per role, and query's PDB.
+        assert_eq!(
+            report.matches(" passed for resource ").count(),
+            9,
+            "{report}"
+        );
+        for kind in [
+            "configmap",
+            "serviceaccount",
+            "deployment",
+            "service",
+            "poddisruptionbudget",
+        ] {
+            assert!(
+                report.contains(&format!("passed for resource {kind}/")),
+                "{report}"
+            );
+        }
+    }
+}
+
+/// The samples' full render (plan summary, IAM policies, every object) is checked in under
+/// `operator/tests/golden/`; `LAKE_UPDATE_GOLDEN=1` rewrites the files after a deliberate change.
+#[test]
+fn samples_render_their_golden_files() {
+    for sample in SAMPLES {
+        let out = render(&format!("config/samples/{sample}.yaml"), &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let rendered = text(&out.stdout);
+        let path = workspace_root().join(format!("operator/tests/golden/{sample}.yaml"));
+        if std::env::var_os("LAKE_UPDATE_GOLDEN").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &rendered).unwrap();
+            continue;
+        }
+        let golden = std::fs::read_to_string(&path).unwrap_or_default();
+        if golden != rendered {
+            let diff = similar::TextDiff::from_lines(&golden, &rendered);
+            panic!(
+                "the render of {sample} changed; if that is intended, run\n  \
+                 LAKE_UPDATE_GOLDEN=1 scripts/cargo test -p lake-operator --test it render\n\n{}",
+                diff.unified_diff().header("golden", "rendered")
+            );
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! plan: a [`ValidatedCluster`] → everything the cluster needs, as a value: the DynamoDB tables
+//! (key schemas, markers), the IAM policy documents and every Kubernetes object. Pure: no client.
+//! Reconcile applies it; `lake-operator render` prints it.
+
+pub mod iam;
+pub mod tables;
+pub mod workloads;
+
+use serde::Serialize;
+
+pub use iam::{IamInputs, RolePolicy};
+pub use tables::DesiredTable;
+pub use workloads::Object;
+
+use crate::validate::ValidatedCluster;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LakePlan {
+    pub tables: Vec<DesiredTable>,
+    pub policies: Vec<RolePolicy>,
+    pub objects: Vec<Object>,
+}
+
+pub fn plan(cluster: &ValidatedCluster, inputs: &IamInputs) -> LakePlan {
+    let policies = iam::policies(cluster, inputs);
+    LakePlan {
+        tables: tables::tables(cluster),
+        objects: workloads::objects(cluster, &policies),
+        policies,
+    }
+}

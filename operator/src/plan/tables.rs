@@ -1,0 +1,71 @@
+//! The DynamoDB tables a cluster needs: key schema, billing, recovery, protection, tags, marker.
+
+use std::collections::BTreeMap;
+
+use lake_common::plan::{ManifestStore, RegistryStore};
+use lake_common::schema::{Authority, KeySchema, Marker};
+use serde::Serialize;
+
+use crate::validate::ValidatedCluster;
+
+/// Marker `cluster` value before the API server has assigned the LakeCluster a uid (offline
+/// render); reconcile always has the uid.
+pub const UNKNOWN_UID: &str = "<uid assigned by the API server>";
+
+/// One table as it must exist.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredTable {
+    pub name: String,
+    pub authority: Authority,
+    pub key_schema: KeySchema,
+    /// Always on-demand: lake's load follows its users, not a provisioned guess.
+    pub billing_mode: &'static str,
+    pub point_in_time_recovery: bool,
+    pub deletion_protection: bool,
+    pub tags: BTreeMap<String, String>,
+    /// The marker item the table must hold: which authority, which cluster.
+    pub marker: Marker,
+}
+
+/// Tag keys the operator sets on what it creates.
+pub const TAG_CLUSTER: &str = "lake.dev/cluster";
+pub const TAG_CLUSTER_UID: &str = "lake.dev/cluster-uid";
+pub const TAG_AUTHORITY: &str = "lake.dev/authority";
+pub const TAG_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGER: &str = "lake-operator";
+
+/// The cluster's DynamoDB tables (none for a local lake, whose stores are embedded files).
+pub fn tables(cluster: &ValidatedCluster) -> Vec<DesiredTable> {
+    let uid = cluster.uid.as_deref().unwrap_or(UNKNOWN_UID);
+    let mut tables = Vec::new();
+    let names = match (cluster.authority.registry(), cluster.authority.manifests()) {
+        (RegistryStore::DynamoDb { table: r }, ManifestStore::DynamoDb { table: m }) => [
+            (r.to_string(), Authority::Registry),
+            (m.to_string(), Authority::Manifests),
+        ],
+        _ => return tables,
+    };
+    for (name, authority) in names {
+        let tags = BTreeMap::from([
+            (
+                TAG_CLUSTER.to_owned(),
+                format!("{}/{}", cluster.namespace, cluster.name),
+            ),
+            (TAG_CLUSTER_UID.to_owned(), uid.to_owned()),
+            (TAG_AUTHORITY.to_owned(), authority.to_string()),
+            (TAG_MANAGED_BY.to_owned(), MANAGER.to_owned()),
+        ]);
+        tables.push(DesiredTable {
+            name,
+            authority,
+            key_schema: authority.key_schema(),
+            billing_mode: "PAY_PER_REQUEST",
+            point_in_time_recovery: true,
+            deletion_protection: true,
+            tags,
+            marker: Marker::new(authority, uid),
+        });
+    }
+    tables
+}

@@ -3,8 +3,13 @@
 //! The pipeline is validate → plan → apply → status. `validate` and `render` are pure (they take no
 //! client), and back both reconcile and the offline `lake-operator render` dry-run.
 
+pub mod apply;
+pub mod aws;
 pub mod crd;
+pub mod metrics;
 pub mod plan;
+pub mod reconcile;
 pub mod render;
+pub mod status;
 pub mod strict;
 pub mod validate;

@@ -151,6 +151,94 @@ impl Recording {
     }
 }
 
+/// One recorded AWS request: the service, the action and what it acted on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsRequest {
+    /// `dynamodb`, `iam`, `sts` or `s3`.
+    pub service: String,
+    /// The API action (`PutItem`, `PutRolePolicy`, …); for S3 the HTTP method.
+    pub action: String,
+    /// The table, the role (with the policy name), or the S3 URL.
+    pub resource: String,
+}
+
+impl AwsRequest {
+    /// Whether the request only reads (Describe*, Get*, List*, Query, Scan; S3 GET/HEAD).
+    pub fn is_read(&self) -> bool {
+        ["Describe", "Get", "List", "Query", "Scan", "GET", "HEAD"]
+            .iter()
+            .any(|p| self.action.starts_with(p))
+    }
+}
+
+/// The requests in `log` signed with `access_key`.
+pub fn requests_signed_by(log: &[serde_json::Value], access_key: &str) -> Vec<AwsRequest> {
+    use base64::Engine as _;
+    let credential = format!("Credential={access_key}/");
+    log.iter()
+        .filter_map(|entry| {
+            let headers = entry["headers"].as_object()?;
+            let header = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .and_then(|(_, v)| v.as_str())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let auth = header("authorization");
+            if !auth.contains(&credential) {
+                return None;
+            }
+            let service = auth
+                .split("Credential=")
+                .nth(1)
+                .and_then(|c| c.split('/').nth(3))
+                .unwrap_or_default()
+                .to_owned();
+            let raw = entry["body"].as_str().unwrap_or_default();
+            let body = if entry["body_encoded"].as_bool() == Some(true) {
+                base64::engine::general_purpose::STANDARD
+                    .decode(raw)
+                    .unwrap_or_default()
+            } else {
+                raw.as_bytes().to_vec()
+            };
+            let (action, resource) = match service.as_str() {
+                "dynamodb" => {
+                    let target = header("x-amz-target");
+                    let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                    (
+                        target.rsplit('.').next().unwrap_or_default().to_owned(),
+                        json["TableName"].as_str().unwrap_or_default().to_owned(),
+                    )
+                }
+                "s3" => (
+                    entry["method"].as_str().unwrap_or_default().to_owned(),
+                    entry["url"].as_str().unwrap_or_default().to_owned(),
+                ),
+                _ => {
+                    // Query-protocol services (IAM, STS): a form-encoded body.
+                    let form: std::collections::HashMap<String, String> =
+                        url::form_urlencoded::parse(&body).into_owned().collect();
+                    let resource = [form.get("RoleName"), form.get("PolicyName")]
+                        .into_iter()
+                        .flatten()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join("/");
+                    (form.get("Action").cloned().unwrap_or_default(), resource)
+                }
+            };
+            Some(AwsRequest {
+                service,
+                action,
+                resource,
+            })
+        })
+        .collect()
+}
+
 /// A name no other test of this run uses: `<prefix>-<pid>-<n>` (lowercase, bucket-safe).
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicUsize, Ordering};

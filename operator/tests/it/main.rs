@@ -3,4 +3,5 @@
 mod api;
 mod cel;
 mod crd;
+mod reconcile;
 mod render;

@@ -360,48 +360,11 @@ impl Drop for Served {
     }
 }
 
-/// (service, action, resource) of one recorded request signed with `access_key`: DynamoDB as
-/// (`dynamodb`, target, TableName), S3 as (`s3`, HTTP method, path).
+/// (service, action, resource) of each recorded request signed with `access_key`: DynamoDB as
+/// (`dynamodb`, action, TableName), S3 as (`s3`, HTTP method, URL).
 pub fn requests_of(log: &[serde_json::Value], access_key: &str) -> Vec<(String, String, String)> {
-    use base64::Engine as _;
-    let credential = format!("Credential={access_key}/");
-    log.iter()
-        .filter_map(|entry| {
-            let headers = entry["headers"].as_object()?;
-            let auth = headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))?
-                .1
-                .as_str()?;
-            if !auth.contains(&credential) {
-                return None;
-            }
-            let header = |name: &str| {
-                headers
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                    .and_then(|(_, v)| v.as_str())
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            let target = header("x-amz-target");
-            if let Some(action) = target.strip_prefix("DynamoDB_20120810.") {
-                let body = entry["body"].as_str().unwrap_or_default();
-                let body = if entry["body_encoded"].as_bool() == Some(true) {
-                    base64::engine::general_purpose::STANDARD
-                        .decode(body)
-                        .unwrap_or_default()
-                } else {
-                    body.as_bytes().to_vec()
-                };
-                let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                let table = json["TableName"].as_str().unwrap_or_default().to_owned();
-                Some(("dynamodb".into(), action.to_owned(), table))
-            } else {
-                let method = entry["method"].as_str().unwrap_or_default().to_owned();
-                let url = entry["url"].as_str().unwrap_or_default().to_owned();
-                Some(("s3".into(), method, url))
-            }
-        })
+    lake_testkit::requests_signed_by(log, access_key)
+        .into_iter()
+        .map(|r| (r.service, r.action, r.resource))
         .collect()
 }

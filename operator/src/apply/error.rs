@@ -1,0 +1,80 @@
+//! What can go wrong while applying a plan, and whether waiting can fix it.
+
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// An existing table with another key schema: adopting it would corrupt it. Terminal.
+    #[error(
+        "table {table:?} exists with key schema {found}; lake's {authority} table needs {expected}, so it cannot be adopted (choose another name in spec.tables)"
+    )]
+    KeySchemaMismatch {
+        table: String,
+        authority: String,
+        found: String,
+        expected: String,
+    },
+    /// An existing table holding another cluster's or another authority's marker. Terminal.
+    #[error("table {table:?} cannot be adopted: {detail}")]
+    MarkerConflict { table: String, detail: String },
+    /// A role that does not exist (yet): retried, someone may be creating it.
+    #[error("IAM role {role:?} does not exist; create it, or fix spec.iam")]
+    RoleNotFound { role: String },
+    /// A table still being created or updated: retried.
+    #[error("table {table:?} is {status}, not ACTIVE yet")]
+    NotActive { table: String, status: String },
+    /// An AWS call failed (after the SDK's own retries): retried with backoff.
+    #[error("AWS {operation} on {resource}: {detail}")]
+    Aws {
+        operation: &'static str,
+        resource: String,
+        detail: String,
+    },
+    #[error("Kubernetes {operation} {kind}/{name}: {source}")]
+    Kube {
+        operation: &'static str,
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ApplyError {
+    /// Terminal errors wait for the spec (or the conflicting table) to change; the rest retry.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            ApplyError::KeySchemaMismatch { .. } | ApplyError::MarkerConflict { .. }
+        )
+    }
+
+    /// The condition reason this error reports.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApplyError::KeySchemaMismatch { .. } => "KeySchemaMismatch",
+            ApplyError::MarkerConflict { .. } => "MarkerConflict",
+            ApplyError::RoleNotFound { .. } => "RoleNotFound",
+            ApplyError::NotActive { .. } => "TableNotActive",
+            ApplyError::Aws { .. } => "AwsError",
+            ApplyError::Kube { .. } => "KubernetesError",
+        }
+    }
+}
+
+/// An AWS SDK error as an [`ApplyError::Aws`], keeping the service's code and message.
+pub fn aws<E, R>(operation: &'static str, resource: &str, e: SdkError<E, R>) -> ApplyError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let detail = match e.code() {
+        Some(code) => format!("{code}: {}", e.message().unwrap_or_default()),
+        None => DisplayErrorContext(&e).to_string(),
+    };
+    ApplyError::Aws {
+        operation,
+        resource: resource.to_owned(),
+        detail,
+    }
+}

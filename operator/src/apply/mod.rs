@@ -1,0 +1,9 @@
+//! apply: make the world match a [`crate::plan::LakePlan`] — DynamoDB tables, IAM inline
+//! policies, Kubernetes objects. Thin: observe, compare, write only what differs.
+
+pub mod error;
+pub mod iam;
+pub mod tables;
+pub mod workloads;
+
+pub use error::ApplyError;

@@ -1,0 +1,379 @@
+//! Tables: observe, then create or adopt, then bring what the operator manages up to date
+//! (deletion protection, point-in-time recovery, tags, the marker). Every write happens only when
+//! the observed state differs, so a converged cluster costs reads only.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    PointInTimeRecoverySpecification, ScalarAttributeType, TableStatus, Tag,
+};
+use lake_common::schema::{
+    AttributeType, Authority, KeySchema, MARKER_CLUSTER_ATTR, MARKER_FORMAT_ATTR, Marker,
+    MarkerRange,
+};
+
+use super::error::{ApplyError, aws};
+use crate::plan::DesiredTable;
+
+/// What reconcile learned about one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedTable {
+    pub name: String,
+    pub authority: Authority,
+    pub arn: Option<String>,
+    /// The table existed and was not created by this cluster.
+    pub adopted: bool,
+}
+
+fn scalar(t: AttributeType) -> ScalarAttributeType {
+    match t {
+        AttributeType::S => ScalarAttributeType::S,
+        AttributeType::N => ScalarAttributeType::N,
+    }
+}
+
+fn describe_schema(elements: &[KeySchemaElement], attrs: &[AttributeDefinition]) -> String {
+    elements
+        .iter()
+        .map(|e| {
+            let t = attrs
+                .iter()
+                .find(|a| a.attribute_name() == e.attribute_name())
+                .map(|a| a.attribute_type().as_str().to_owned())
+                .unwrap_or_default();
+            format!("{} {}:{t}", e.key_type().as_str(), e.attribute_name())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn expected_schema(schema: KeySchema) -> String {
+    format!(
+        "HASH {}:{:?}, RANGE {}:{:?}",
+        schema.hash.name,
+        schema.hash.attribute_type,
+        schema.range.name,
+        schema.range.attribute_type
+    )
+}
+
+fn schema_matches(
+    schema: KeySchema,
+    elements: &[KeySchemaElement],
+    attrs: &[AttributeDefinition],
+) -> bool {
+    let has = |name: &str, kind: KeyType, t: AttributeType| {
+        elements
+            .iter()
+            .any(|e| e.attribute_name() == name && *e.key_type() == kind)
+            && attrs
+                .iter()
+                .any(|a| a.attribute_name() == name && *a.attribute_type() == scalar(t))
+    };
+    elements.len() == 2
+        && has(schema.hash.name, KeyType::Hash, schema.hash.attribute_type)
+        && has(
+            schema.range.name,
+            KeyType::Range,
+            schema.range.attribute_type,
+        )
+}
+
+fn marker_key(authority: Authority) -> HashMap<String, AttributeValue> {
+    let schema = authority.key_schema();
+    let key = authority.marker_key();
+    let range = match key.range {
+        MarkerRange::Number(n) => AttributeValue::N(n.to_string()),
+        MarkerRange::String(s) => AttributeValue::S(s.to_owned()),
+    };
+    HashMap::from([
+        (
+            schema.hash.name.to_owned(),
+            AttributeValue::S(key.hash.to_owned()),
+        ),
+        (schema.range.name.to_owned(), range),
+    ])
+}
+
+async fn read_marker(
+    client: &Client,
+    table: &str,
+    authority: Authority,
+) -> Result<Option<Marker>, ApplyError> {
+    let item = client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(marker_key(authority)))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| aws("GetItem", table, e))?
+        .item;
+    Ok(item.map(|item| {
+        let text = |name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        Marker {
+            format: text(MARKER_FORMAT_ATTR),
+            cluster: text(MARKER_CLUSTER_ATTR),
+        }
+    }))
+}
+
+async fn create(client: &Client, desired: &DesiredTable) -> Result<(), ApplyError> {
+    let schema = desired.key_schema;
+    let invalid = |e: aws_sdk_dynamodb::error::BuildError| ApplyError::Aws {
+        operation: "CreateTable",
+        resource: desired.name.clone(),
+        detail: e.to_string(),
+    };
+    let key = |name: &str, kind| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+            .map_err(invalid)
+    };
+    let attr = |name: &str, t| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(scalar(t))
+            .build()
+            .map_err(invalid)
+    };
+    let tags = desired
+        .tags
+        .iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build().map_err(invalid))
+        .collect::<Result<Vec<_>, _>>()?;
+    client
+        .create_table()
+        .table_name(&desired.name)
+        .key_schema(key(schema.hash.name, KeyType::Hash)?)
+        .key_schema(key(schema.range.name, KeyType::Range)?)
+        .attribute_definitions(attr(schema.hash.name, schema.hash.attribute_type)?)
+        .attribute_definitions(attr(schema.range.name, schema.range.attribute_type)?)
+        .billing_mode(BillingMode::PayPerRequest)
+        .deletion_protection_enabled(desired.deletion_protection)
+        .set_tags(Some(tags))
+        .send()
+        .await
+        .map_err(|e| aws("CreateTable", &desired.name, e))?;
+    Ok(())
+}
+
+/// Observes `desired` and makes it so. Never modifies a table it may not adopt.
+pub async fn ensure(client: &Client, desired: &DesiredTable) -> Result<AppliedTable, ApplyError> {
+    let name = desired.name.as_str();
+    let described = match client.describe_table().table_name(name).send().await {
+        Ok(out) => out.table,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            None
+        }
+        Err(e) => return Err(aws("DescribeTable", name, e)),
+    };
+    let uid_tag = crate::plan::tables::TAG_CLUSTER_UID;
+    let (table, created_now) = match described {
+        Some(table) => (table, false),
+        None => {
+            create(client, desired).await?;
+            let table = client
+                .describe_table()
+                .table_name(name)
+                .send()
+                .await
+                .map_err(|e| aws("DescribeTable", name, e))?
+                .table
+                .ok_or_else(|| ApplyError::NotActive {
+                    table: name.to_owned(),
+                    status: "missing after CreateTable".into(),
+                })?;
+            (table, true)
+        }
+    };
+
+    if !schema_matches(
+        desired.key_schema,
+        table.key_schema(),
+        table.attribute_definitions(),
+    ) {
+        return Err(ApplyError::KeySchemaMismatch {
+            table: name.to_owned(),
+            authority: desired.authority.to_string(),
+            found: describe_schema(table.key_schema(), table.attribute_definitions()),
+            expected: expected_schema(desired.key_schema),
+        });
+    }
+    let status = table.table_status().cloned();
+    if status != Some(TableStatus::Active) {
+        return Err(ApplyError::NotActive {
+            table: name.to_owned(),
+            status: status.map(|s| s.as_str().to_owned()).unwrap_or_default(),
+        });
+    }
+    // Check the marker before touching anything: another cluster's table is never modified.
+    let marker = read_marker(client, name, desired.authority).await?;
+    if let Some(found) = &marker
+        && found != &desired.marker
+    {
+        let detail = if found.format != desired.marker.format {
+            format!(
+                "it holds a {:?} marker, not the {} ({})",
+                found.format,
+                desired.authority,
+                desired.authority.format()
+            )
+        } else {
+            format!(
+                "it belongs to cluster {:?}, not to this cluster {:?}",
+                found.cluster, desired.marker.cluster
+            )
+        };
+        return Err(ApplyError::MarkerConflict {
+            table: name.to_owned(),
+            detail,
+        });
+    }
+    let arn = table.table_arn().map(str::to_owned);
+
+    if desired.deletion_protection && table.deletion_protection_enabled() != Some(true) {
+        client
+            .update_table()
+            .table_name(name)
+            .deletion_protection_enabled(true)
+            .send()
+            .await
+            .map_err(|e| aws("UpdateTable", name, e))?;
+    }
+    if desired.point_in_time_recovery {
+        let backups = client
+            .describe_continuous_backups()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(|e| aws("DescribeContinuousBackups", name, e))?;
+        let enabled = backups
+            .continuous_backups_description()
+            .and_then(|d| d.point_in_time_recovery_description())
+            .and_then(|p| p.point_in_time_recovery_status())
+            .is_some_and(|s| s.as_str() == "ENABLED");
+        if !enabled {
+            let spec = PointInTimeRecoverySpecification::builder()
+                .point_in_time_recovery_enabled(true)
+                .build()
+                .map_err(|e| ApplyError::Aws {
+                    operation: "UpdateContinuousBackups",
+                    resource: name.to_owned(),
+                    detail: e.to_string(),
+                })?;
+            client
+                .update_continuous_backups()
+                .table_name(name)
+                .point_in_time_recovery_specification(spec)
+                .send()
+                .await
+                .map_err(|e| aws("UpdateContinuousBackups", name, e))?;
+        }
+    }
+    let mut adopted = !created_now;
+    if let Some(arn) = &arn {
+        let tags = client
+            .list_tags_of_resource()
+            .resource_arn(arn)
+            .send()
+            .await
+            .map_err(|e| aws("ListTagsOfResource", name, e))?;
+        let existing: HashMap<&str, &str> =
+            tags.tags().iter().map(|t| (t.key(), t.value())).collect();
+        // Tagged with this cluster's uid: created by it earlier, not adopted.
+        if existing.get(uid_tag).copied() == desired.tags.get(uid_tag).map(String::as_str) {
+            adopted = false;
+        }
+        let missing = desired
+            .tags
+            .iter()
+            .filter(|(k, v)| existing.get(k.as_str()) != Some(&v.as_str()))
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ApplyError::Aws {
+                operation: "TagResource",
+                resource: name.to_owned(),
+                detail: e.to_string(),
+            })?;
+        if !missing.is_empty() {
+            client
+                .tag_resource()
+                .resource_arn(arn)
+                .set_tags(Some(missing))
+                .send()
+                .await
+                .map_err(|e| aws("TagResource", name, e))?;
+        }
+    }
+    if marker.is_none() {
+        let mut item = marker_key(desired.authority);
+        item.insert(
+            MARKER_FORMAT_ATTR.into(),
+            AttributeValue::S(desired.marker.format.clone()),
+        );
+        item.insert(
+            MARKER_CLUSTER_ATTR.into(),
+            AttributeValue::S(desired.marker.cluster.clone()),
+        );
+        let hash = desired.key_schema.hash.name;
+        client
+            .put_item()
+            .table_name(name)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#h)")
+            .expression_attribute_names("#h", hash)
+            .send()
+            .await
+            .map_err(|e| aws("PutItem", name, e))?;
+    }
+    Ok(AppliedTable {
+        name: name.to_owned(),
+        authority: desired.authority,
+        arn,
+        adopted,
+    })
+}
+
+/// Removes a table (deletion policy `Delete`): protection off, then delete. A missing table is
+/// fine (deleted already).
+pub async fn delete(client: &Client, name: &str) -> Result<(), ApplyError> {
+    match client
+        .update_table()
+        .table_name(name)
+        .deletion_protection_enabled(false)
+        .send()
+        .await
+    {
+        Ok(_) => {}
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            return Ok(());
+        }
+        Err(e) => return Err(aws("UpdateTable", name, e)),
+    }
+    match client.delete_table().table_name(name).send().await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(aws("DeleteTable", name, e)),
+    }
+}

@@ -1,0 +1,629 @@
+//! Reconcile against kube-fake-client (Kubernetes) and the AWS emulator: a new cluster reaches
+//! Ready, a converged cluster costs no writes, spec changes touch only what changed, bad specs
+//! never reach AWS, and a table that cannot be adopted is left alone.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aws_credential_types::Credentials;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube_fake_client::ClientBuilder;
+use lake_operator::aws::{AwsPool, AwsSettings};
+use lake_operator::crd::LakeCluster;
+use lake_operator::metrics::Metrics;
+use lake_operator::plan::workloads::CONFIG_HASH;
+use lake_operator::reconcile::{Context, FINALIZER, reconcile};
+use lake_testkit::{AwsRequest, Moto, moto, requests_signed_by, unique};
+use serde_json::json;
+
+const NS: &str = "data";
+const OIDC: &str = "oidc.eks.eu-west-1.amazonaws.com/id/TEST";
+
+/// A cluster, its operator context, and the access key its AWS calls are signed with.
+struct Harness {
+    name: String,
+    key: String,
+    client: kube::Client,
+    ctx: Arc<Context>,
+    clusters: Api<LakeCluster>,
+}
+
+fn admin_sdk() -> aws_config::ConfigLoader {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(Moto::REGION))
+        .endpoint_url(moto().endpoint())
+        .credentials_provider(Credentials::new("admin", "testing", None, None, "tests"))
+}
+
+async fn iam() -> aws_sdk_iam::Client {
+    aws_sdk_iam::Client::new(&admin_sdk().load().await)
+}
+
+async fn dynamodb() -> aws_sdk_dynamodb::Client {
+    aws_sdk_dynamodb::Client::new(&admin_sdk().load().await)
+}
+
+async fn create_role(name: &str) {
+    let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+        "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]});
+    iam()
+        .await
+        .create_role()
+        .role_name(name)
+        .assume_role_policy_document(trust.to_string())
+        .send()
+        .await
+        .unwrap();
+}
+
+fn cluster_yaml(name: &str, spec_extra: &str) -> LakeCluster {
+    let yaml = format!(
+        r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata:
+  name: {name}
+  namespace: {NS}
+spec:
+  storage:
+    s3:
+      bucket: {name}-bucket
+      prefix: wh
+      region: {region}
+      endpoint: {endpoint}
+  iam:
+    queryRole: {name}-query-role
+    metadataRole: {name}-metadata-role
+  query:
+    replicas: 2
+    image: ghcr.io/acme/lake:1
+  metadata:
+    image: ghcr.io/acme/lake:1
+{spec_extra}"#,
+        region = Moto::REGION,
+        endpoint = moto().endpoint(),
+    );
+    serde_yaml::from_str(&yaml).unwrap()
+}
+
+async fn harness(cluster: LakeCluster) -> Harness {
+    let name = cluster.metadata.name.clone().unwrap();
+    let key = unique("OPKEY").to_uppercase().replace('-', "");
+    let client = ClientBuilder::new()
+        .with_resource::<LakeCluster>()
+        .with_status_subresource::<LakeCluster>()
+        .with_status_subresource::<Deployment>()
+        .with_object(cluster)
+        .build()
+        .await
+        .unwrap();
+    let aws = AwsPool::new(AwsSettings {
+        endpoint: Some(moto().endpoint().to_owned()),
+        credentials: Some(Credentials::new(&key, "testing", None, None, "operator")),
+        interceptors: Vec::new(),
+        max_attempts: Some(2),
+    });
+    let ctx = Context::new(
+        client.clone(),
+        aws,
+        Some(OIDC.to_owned()),
+        Arc::new(Metrics::default()),
+    );
+    Harness {
+        clusters: Api::namespaced(client.clone(), NS),
+        name,
+        key,
+        client,
+        ctx,
+    }
+}
+
+impl Harness {
+    async fn reconcile(&self) -> Action {
+        let cluster = self.clusters.get(&self.name).await.unwrap();
+        reconcile(Arc::new(cluster), self.ctx.clone())
+            .await
+            .unwrap_or_else(|e| panic!("reconcile failed: {e}"))
+    }
+
+    async fn cluster(&self) -> LakeCluster {
+        self.clusters.get(&self.name).await.unwrap()
+    }
+
+    async fn condition(&self, type_: &str) -> (String, String, String) {
+        let cluster = self.cluster().await;
+        let c = cluster
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_} condition"));
+        (c.status, c.reason, c.message)
+    }
+
+    /// Plays the Deployment controller: every Deployment of the namespace is rolled out.
+    async fn roll_out(&self) {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), NS);
+        for d in api.list(&ListParams::default()).await.unwrap() {
+            let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let status = json!({"status": {
+                "observedGeneration": d.metadata.generation,
+                "replicas": replicas, "updatedReplicas": replicas,
+                "readyReplicas": replicas, "availableReplicas": replicas,
+            }});
+            api.patch_status(
+                d.metadata.name.as_deref().unwrap(),
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
+            .await
+            .unwrap();
+        }
+    }
+
+    /// resourceVersion of every object the operator owns, and of the LakeCluster.
+    async fn versions(&self) -> BTreeMap<String, String> {
+        let mut versions = BTreeMap::new();
+        macro_rules! collect {
+            ($kind:ty, $label:expr) => {
+                let api: Api<$kind> = Api::namespaced(self.client.clone(), NS);
+                for o in api.list(&ListParams::default()).await.unwrap() {
+                    versions.insert(
+                        format!("{}/{}", $label, o.metadata.name.clone().unwrap()),
+                        o.metadata.resource_version.clone().unwrap(),
+                    );
+                }
+            };
+        }
+        collect!(ConfigMap, "ConfigMap");
+        collect!(ServiceAccount, "ServiceAccount");
+        collect!(Deployment, "Deployment");
+        collect!(Service, "Service");
+        collect!(PodDisruptionBudget, "PodDisruptionBudget");
+        collect!(LakeCluster, "LakeCluster");
+        versions
+    }
+
+    async fn deployment(&self, role: &str) -> Deployment {
+        Api::<Deployment>::namespaced(self.client.clone(), NS)
+            .get(&format!("{}-{role}", self.name))
+            .await
+            .unwrap()
+    }
+
+    async fn patch_spec(&self, spec: serde_json::Value) {
+        self.clusters
+            .patch(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": spec })),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+fn writes(requests: &[AwsRequest]) -> Vec<&AwsRequest> {
+    requests.iter().filter(|r| !r.is_read()).collect()
+}
+
+fn config_hash(d: &Deployment) -> String {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap()[CONFIG_HASH]
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
+    let name = unique("lk");
+    create_role(&format!("{name}-query-role")).await;
+    create_role(&format!("{name}-metadata-role")).await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    let uid = h.cluster().await.metadata.uid.unwrap();
+
+    // First pass: tables, policies, objects; the Deployments are not rolled out yet.
+    let recording = moto().start_recording();
+    h.reconcile().await;
+    let log = recording.stop();
+    assert!(
+        h.cluster()
+            .await
+            .metadata
+            .finalizers
+            .unwrap()
+            .contains(&FINALIZER.to_owned())
+    );
+    let (status, reason, message) = h.condition("WorkloadsReady").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RollingOut"),
+        "{message}"
+    );
+    assert_eq!(h.condition("TablesReady").await.0, "True");
+    assert_eq!(h.condition("PoliciesReady").await.0, "True");
+    assert_eq!(h.condition("Ready").await.0, "False");
+    let first = requests_signed_by(&log, &h.key);
+    assert!(first.iter().any(|r| r.action == "CreateTable"), "{first:?}");
+
+    // The tables: key schemas, on-demand, PITR, deletion protection, tags, markers.
+    let ddb = dynamodb().await;
+    for (table, hash, range, format) in [
+        (format!("{name}-registry"), "pk", "sk", "lake-registry/v1"),
+        (
+            format!("{name}-manifests"),
+            "base_uri",
+            "version",
+            "lake-manifests/v2",
+        ),
+    ] {
+        let t = ddb
+            .describe_table()
+            .table_name(&table)
+            .send()
+            .await
+            .unwrap()
+            .table
+            .unwrap();
+        let keys: Vec<_> = t
+            .key_schema()
+            .iter()
+            .map(|k| {
+                (
+                    k.attribute_name().to_owned(),
+                    k.key_type().as_str().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                (hash.to_owned(), "HASH".to_owned()),
+                (range.to_owned(), "RANGE".to_owned())
+            ]
+        );
+        assert_eq!(t.deletion_protection_enabled(), Some(true), "{table}");
+        assert_eq!(
+            t.billing_mode_summary()
+                .and_then(|b| b.billing_mode())
+                .map(|b| b.as_str()),
+            Some("PAY_PER_REQUEST")
+        );
+        let pitr = ddb
+            .describe_continuous_backups()
+            .table_name(&table)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            pitr.continuous_backups_description()
+                .unwrap()
+                .point_in_time_recovery_description()
+                .unwrap()
+                .point_in_time_recovery_status()
+                .unwrap()
+                .as_str(),
+            "ENABLED"
+        );
+        let tags = ddb
+            .list_tags_of_resource()
+            .resource_arn(t.table_arn().unwrap())
+            .send()
+            .await
+            .unwrap();
+        let tags: BTreeMap<_, _> = tags
+            .tags()
+            .iter()
+            .map(|t| (t.key().to_owned(), t.value().to_owned()))
+            .collect();
+        assert_eq!(tags["lake.dev/cluster-uid"], uid);
+        assert_eq!(tags["lake.dev/cluster"], format!("{NS}/{name}"));
+        let scan = ddb.scan().table_name(&table).send().await.unwrap();
+        let marker = &scan.items()[0];
+        assert_eq!(marker["format"].as_s().unwrap(), format);
+        assert_eq!(marker["cluster"].as_s().unwrap(), &uid);
+    }
+    // The policies, on the roles.
+    let iam = iam().await;
+    for (role, must, must_not) in [
+        ("query", "dynamodb:GetItem", "dynamodb:PutItem"),
+        ("metadata", "dynamodb:PutItem", "\"*\""),
+    ] {
+        let doc = iam
+            .get_role_policy()
+            .role_name(format!("{name}-{role}-role"))
+            .policy_name(format!("lake-{NS}-{name}"))
+            .send()
+            .await
+            .unwrap();
+        let text = percent_encoding::percent_decode_str(doc.policy_document())
+            .decode_utf8()
+            .unwrap()
+            .into_owned();
+        assert!(
+            text.contains(must) && !text.contains(must_not),
+            "{role}: {text}"
+        );
+    }
+    // The objects: nine, owned by the cluster; query's config has no registry table.
+    let versions = h.versions().await;
+    assert_eq!(versions.len(), 10, "{versions:?}");
+    let query_config = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
+        .get(&format!("{name}-query"))
+        .await
+        .unwrap();
+    let data = query_config.data.unwrap();
+    assert!(
+        !data.contains_key("LAKE_REGISTRY_DYNAMODB_TABLE"),
+        "{data:?}"
+    );
+    assert_eq!(data["LAKE_CLUSTER_ID"], uid);
+    assert_eq!(query_config.metadata.owner_references.unwrap()[0].uid, uid);
+    let sa = Api::<ServiceAccount>::namespaced(h.client.clone(), NS)
+        .get(&format!("{name}-query"))
+        .await
+        .unwrap();
+    assert!(
+        sa.metadata.annotations.unwrap()["eks.amazonaws.com/role-arn"]
+            .ends_with(&format!(":role/{name}-query-role"))
+    );
+
+    // The Deployments roll out: Ready, with endpoints, table ARNs and policy digests.
+    h.roll_out().await;
+    assert!(
+        matches!(h.reconcile().await, a if a == Action::requeue(std::time::Duration::from_secs(300)))
+    );
+    assert_eq!(h.condition("Ready").await.0, "True");
+    let status = h.cluster().await.status.unwrap();
+    assert_eq!(
+        status.observed_generation,
+        h.cluster().await.metadata.generation
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == status.observed_generation)
+    );
+    assert_eq!(
+        status.endpoints.unwrap().query.unwrap(),
+        format!("grpc://{name}-query.{NS}.svc:8815")
+    );
+    let tables = status.tables.unwrap();
+    assert!(
+        tables
+            .manifest
+            .unwrap()
+            .arn
+            .unwrap()
+            .ends_with(&format!("table/{name}-manifests"))
+    );
+    assert!(!tables.registry.unwrap().adopted);
+    let policies = status.policies.unwrap();
+    let query_policy = policies.query.unwrap();
+    assert_eq!(query_policy.digest.len(), 64);
+    assert!(
+        query_policy
+            .trust_policy
+            .unwrap()
+            .contains(&format!("system:serviceaccount:{NS}:{name}-query"))
+    );
+    let events: Vec<_> =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(h.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("Ready")),
+        "{events:?}"
+    );
+    let event_count = events.len();
+
+    // Converged: another pass writes nothing, anywhere.
+    let before = h.versions().await;
+    let recording = moto().start_recording();
+    h.reconcile().await;
+    let log = recording.stop();
+    let requests = requests_signed_by(&log, &h.key);
+    assert!(!requests.is_empty(), "the pass observed AWS");
+    assert!(
+        writes(&requests).is_empty(),
+        "a converged pass wrote to AWS: {:?}",
+        writes(&requests)
+    );
+    assert_eq!(
+        h.versions().await,
+        before,
+        "a converged pass changed Kubernetes objects"
+    );
+    let events_after = Api::<k8s_openapi::api::events::v1::Event>::namespaced(h.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    assert_eq!(events_after, event_count, "events only on transitions");
+
+    // Replicas and image: only the query Deployment changes; its config hash does not.
+    let hash_before = config_hash(&h.deployment("query").await);
+    h.patch_spec(json!({"query": {"replicas": 3, "image": "ghcr.io/acme/lake:2"}}))
+        .await;
+    let before = h.versions().await;
+    let recording = moto().start_recording();
+    h.reconcile().await;
+    let log = recording.stop();
+    assert!(
+        writes(&requests_signed_by(&log, &h.key)).is_empty(),
+        "a replica change wrote to AWS"
+    );
+    let after = h.versions().await;
+    let changed: Vec<_> = after
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(v))
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            format!("Deployment/{name}-query"),
+            format!("LakeCluster/{name}")
+        ],
+        "only the query Deployment (and the status) changed"
+    );
+    let query = h.deployment("query").await;
+    assert_eq!(query.spec.as_ref().unwrap().replicas, Some(3));
+    assert_eq!(config_hash(&query), hash_before);
+    assert_eq!(h.condition("WorkloadsReady").await.1, "RollingOut");
+
+    // A configuration change (the warehouse prefix) changes both ConfigMaps and rolls both
+    // Deployments through their config-hash annotation.
+    let metadata_hash = config_hash(&h.deployment("metadata").await);
+    h.patch_spec(json!({"storage": {"s3": {"prefix": "wh2"}}}))
+        .await;
+    h.reconcile().await;
+    assert_ne!(config_hash(&h.deployment("query").await), hash_before);
+    assert_ne!(config_hash(&h.deployment("metadata").await), metadata_hash);
+    let cm = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
+        .get(&format!("{name}-metadata"))
+        .await
+        .unwrap();
+    assert_eq!(
+        cm.data.unwrap()["LAKE_WAREHOUSE"],
+        format!("s3://{name}-bucket/wh2")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_specs_never_reach_aws() {
+    let cases: [(&str, &str, &str); 4] = [
+        (
+            "same table twice",
+            "  tables:\n    registry: shared-table\n    manifest: shared-table\n",
+            "spec.tables.manifest",
+        ),
+        (
+            "invalid table name",
+            "  tables:\n    registry: \"no spaces allowed\"\n",
+            "spec.tables.registry",
+        ),
+        ("replicas 0", "", "spec.query.replicas"),
+        ("bucket missing", "", "spec.storage.s3.bucket"),
+    ];
+    for (case, extra, field) in cases {
+        let name = unique("bad");
+        let mut cluster = cluster_yaml(&name, extra);
+        if case == "replicas 0" {
+            cluster.spec.query.replicas = 0;
+        }
+        if case == "bucket missing" {
+            cluster.spec.storage.s3.as_mut().unwrap().bucket = String::new();
+        }
+        let h = harness(cluster).await;
+        let recording = moto().start_recording();
+        let action = h.reconcile().await;
+        let log = recording.stop();
+        assert_eq!(
+            action,
+            Action::await_change(),
+            "{case}: a spec error is terminal"
+        );
+        let (status, reason, message) = h.condition("PlanValid").await;
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "InvalidSpec"),
+            "{case}"
+        );
+        assert!(
+            message.contains(field),
+            "{case}: {message} does not name {field}"
+        );
+        assert_eq!(h.condition("Ready").await.1, "PlanInvalid");
+        let calls = requests_signed_by(&log, &h.key);
+        assert!(calls.is_empty(), "{case}: AWS was called: {calls:?}");
+        // Nothing but the status was written to Kubernetes.
+        assert_eq!(h.versions().await.len(), 1, "{case}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_with_the_wrong_key_schema_is_a_terminal_condition_and_left_alone() {
+    let name = unique("adopt");
+    create_role(&format!("{name}-query-role")).await;
+    create_role(&format!("{name}-metadata-role")).await;
+    let ddb = dynamodb().await;
+    let registry = format!("{name}-registry");
+    ddb.create_table()
+        .table_name(&registry)
+        .key_schema(
+            aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    let h = harness(cluster_yaml(&name, "")).await;
+    let recording = moto().start_recording();
+    let action = h.reconcile().await;
+    let log = recording.stop();
+    assert_eq!(action, Action::await_change());
+    let (status, reason, message) = h.condition("TablesReady").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "KeySchemaMismatch")
+    );
+    assert!(
+        message.contains(&registry) && message.contains("HASH id"),
+        "{message}"
+    );
+    let touched: Vec<_> = requests_signed_by(&log, &h.key)
+        .into_iter()
+        .filter(|r| r.resource == registry && !r.is_read())
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "the foreign table was modified: {touched:?}"
+    );
+    let t = ddb
+        .describe_table()
+        .table_name(&registry)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    assert_ne!(t.deletion_protection_enabled(), Some(true));
+    assert!(
+        ddb.scan()
+            .table_name(&registry)
+            .send()
+            .await
+            .unwrap()
+            .items()
+            .is_empty(),
+        "no marker was written"
+    );
+}

@@ -37,7 +37,46 @@ pub fn venv() -> PathBuf {
     if let Some(v) = std::env::var_os("LAKE_VENV") {
         return v.into();
     }
-    let cache = std::env::var_os("LAKE_CACHE")
+    cache().join("venv")
+}
+
+/// The npm test peers (the IAM simulator): `$LAKE_NODE_PREFIX/node_modules`, by default under
+/// `$LAKE_CACHE/node`. Panics with install
+/// instructions when missing.
+pub fn node_modules() -> PathBuf {
+    let prefix = std::env::var_os("LAKE_NODE_PREFIX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache().join("node"));
+    let path = prefix.join("node_modules");
+    assert!(
+        path.join("@cloud-copilot/iam-simulate").exists(),
+        "the npm test peers are not installed at {}: run scripts/bootstrap (or scripts/test) to \
+         install scripts/node/package.json into the cache",
+        path.display()
+    );
+    path
+}
+
+/// Runs `node` with `args` from the workspace root; (success, stdout, stderr). Panics with an
+/// install hint when node is missing.
+pub fn node(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("node")
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run node ({e}): install Node.js 20+ (Debian: apt-get install nodejs npm)")
+        });
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `$LAKE_CACHE`, else `$XDG_CACHE_HOME/lake`, else `~/.cache/lake`.
+fn cache() -> PathBuf {
+    std::env::var_os("LAKE_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             let base = std::env::var_os("XDG_CACHE_HOME")
@@ -45,8 +84,7 @@ pub fn venv() -> PathBuf {
                 .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
                 .expect("HOME or XDG_CACHE_HOME is set");
             base.join("lake")
-        });
-    cache.join("venv")
+        })
 }
 
 /// A program from the test venv (`python`, `kubernetes-validate`, …). Panics with install

@@ -36,7 +36,7 @@ pub enum ApplyError {
         kind: String,
         name: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 

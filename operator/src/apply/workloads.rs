@@ -42,7 +42,7 @@ where
         operation,
         kind: kind.clone(),
         name: name.clone(),
-        source,
+        source: Box::new(source),
     };
     let desired = serde_json::to_value(object).unwrap_or_default();
     if let Some(live) = api.get_opt(&name).await.map_err(|e| error("get", e))? {
@@ -94,7 +94,7 @@ pub async fn rollout(
         operation: "get",
         kind: "Deployment".into(),
         name: name.to_owned(),
-        source,
+        source: Box::new(source),
     })?
     else {
         return Ok((false, format!("Deployment {name} does not exist yet")));

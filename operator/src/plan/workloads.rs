@@ -31,6 +31,8 @@ pub const IRSA_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 const RUN_AS: i64 = 65532;
 
 /// One object to apply.
+// A handful per cluster, built once per reconcile: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Object {

@@ -3,5 +3,6 @@
 mod api;
 mod cel;
 mod crd;
+mod iam;
 mod reconcile;
 mod render;

@@ -1,0 +1,86 @@
+//! The IAM proof: the operator's rendered policies, evaluated by @cloud-copilot/iam-simulate over
+//! every DynamoDB table action and the S3 requests the roles make (or must not).
+
+use lake_operator::crd::LakeCluster;
+use lake_operator::plan::{self, IamInputs};
+use lake_operator::validate::validate;
+use lake_testkit::{node, node_modules};
+
+const ACCOUNT: &str = "123456789012";
+
+#[test]
+fn policies_grant_least_privilege_in_the_iam_simulator() {
+    let cluster: LakeCluster = serde_yaml::from_str(&format!(
+        r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: analytics, namespace: data}}
+spec:
+  storage: {{s3: {{bucket: acme-lake, prefix: analytics, region: eu-west-1}}}}
+  iam:
+    queryRole: arn:aws:iam::{ACCOUNT}:role/lake-query
+    metadataRole: arn:aws:iam::{ACCOUNT}:role/lake-metadata
+  query: {{image: lake:1}}
+  metadata: {{image: lake:1}}
+"#
+    ))
+    .unwrap();
+    let validated = validate(&cluster).unwrap();
+    let plan = plan::plan(&validated, &IamInputs::default());
+    let doc = |role: &str| {
+        plan.policies
+            .iter()
+            .find(|p| p.role.to_string() == role)
+            .unwrap()
+            .document
+            .clone()
+    };
+    let table = |name: &str| format!("arn:aws:dynamodb:eu-west-1:{ACCOUNT}:table/{name}");
+    let input = serde_json::json!({
+        "account": ACCOUNT,
+        "queryRole": format!("arn:aws:iam::{ACCOUNT}:role/lake-query"),
+        "metadataRole": format!("arn:aws:iam::{ACCOUNT}:role/lake-metadata"),
+        "query": doc("query"),
+        "metadata": doc("metadata"),
+        "registry": table("analytics-registry"),
+        "manifest": table("analytics-manifests"),
+        "other": table("someone-elses-table"),
+        "bucket": "acme-lake",
+        "prefix": "analytics",
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("input.json");
+    std::fs::write(&file, input.to_string()).unwrap();
+    let modules = node_modules().display().to_string();
+    let (ok, stdout, stderr) = node(&[
+        "operator/tests/it/iam_matrix.mjs",
+        &modules,
+        &file.display().to_string(),
+    ]);
+    let wrong: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("WRONG") || l.starts_with("ERROR"))
+        .collect();
+    assert!(ok, "the simulator disagreed:\n{}\n{stderr}", wrong.join("\n"));
+    let summary = stdout.lines().last().unwrap_or_default();
+    let total: usize = summary
+        .split(" of ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(total > 300, "the matrix is smaller than expected: {summary}");
+    // The decisions the issue names, spelled out.
+    for line in [
+        "ok query allowed dynamodb:GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-manifests",
+        "ok query allowed dynamodb:Query arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-manifests",
+        "ok query denied dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-manifests",
+        "ok query denied dynamodb:GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-registry",
+        "ok metadata allowed dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-registry",
+        "ok metadata denied dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/someone-elses-table",
+        "ok query denied s3:PutObject arn:aws:s3:::acme-lake/analytics/_stage/in/a.csv",
+        "ok metadata denied s3:GetObject arn:aws:s3:::acme-lake/other-prefix/x",
+    ] {
+        assert!(stdout.contains(line), "missing decision: {line}\n{stdout}");
+    }
+}

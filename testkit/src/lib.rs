@@ -312,6 +312,12 @@ pub fn moto() -> &'static Moto {
     MOTO.get_or_init(start_moto)
 }
 
+/// A moto server of the caller's own (for tests that change server-wide settings such as IAM
+/// enforcement); stopped when dropped.
+pub fn dedicated_moto() -> Moto {
+    start_moto()
+}
+
 fn start_moto() -> Moto {
     let script = workspace_root().join("scripts/moto_guard.py");
     let mut child = Command::new(venv_tool("python"))

@@ -84,3 +84,57 @@ spec:
         assert!(stdout.contains(line), "missing decision: {line}\n{stdout}");
     }
 }
+
+/// moto with IAM enforcement on, its own server: credentials that hold only the rendered query
+/// policy are refused DynamoDB writes and S3 writes, and may read the warehouse.
+#[test]
+fn query_credentials_are_refused_writes_under_enforcement() {
+    let moto = lake_testkit::dedicated_moto();
+    // moto's account id.
+    let account = "123456789012";
+    let cluster: LakeCluster = serde_yaml::from_str(&format!(
+        r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: enforced, namespace: data}}
+spec:
+  storage: {{s3: {{bucket: enforced-bucket, prefix: wh, region: us-east-1}}}}
+  iam:
+    queryRole: arn:aws:iam::{account}:role/lake-query
+    metadataRole: arn:aws:iam::{account}:role/lake-metadata
+  query: {{image: lake:1}}
+  metadata: {{image: lake:1}}
+"#
+    ))
+    .unwrap();
+    let plan = plan::plan(&validate(&cluster).unwrap(), &IamInputs::default());
+    let query = &plan.policies.iter().find(|p| p.role.to_string() == "query").unwrap().document;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("query.json");
+    std::fs::write(&file, query.to_string()).unwrap();
+    let (ok, stdout, stderr) = lake_testkit::python(&[
+        "operator/tests/it/iam_enforced.py",
+        moto.endpoint(),
+        &file.display().to_string(),
+        "enforced-manifests",
+        "enforced-bucket",
+        "wh",
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let results: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    for refused in [
+        "dynamodb:PutItem",
+        "dynamodb:DeleteItem",
+        "s3:PutObject warehouse",
+        "s3:PutObject stage",
+        "s3:DeleteObject warehouse",
+        "s3:GetObject other prefix",
+    ] {
+        assert!(
+            // HTTP 403: AccessDenied (S3) or the DynamoDB equivalent.
+            results[refused].as_str().is_some_and(|r| r.starts_with("403 ")),
+            "{refused} was not refused: {results}"
+        );
+    }
+    assert_eq!(results["s3:GetObject warehouse"], "allowed", "{results}");
+}

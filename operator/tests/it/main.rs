@@ -3,6 +3,7 @@
 mod api;
 mod cel;
 mod crd;
+mod faults;
 mod iam;
 mod reconcile;
 mod render;

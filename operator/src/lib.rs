@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod aws;
+pub mod controller;
 pub mod crd;
 pub mod metrics;
 pub mod plan;

@@ -3,6 +3,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::CustomResourceExt;
+use lake_operator::aws::AwsSettings;
+use lake_operator::controller;
 use lake_operator::crd::{LakeCluster, crd_yaml};
 use lake_operator::plan::IamInputs;
 use lake_operator::{render, strict, validate};
@@ -17,6 +19,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller: reconcile LakeClusters (in-cluster config or KUBECONFIG).
+    Run {
+        /// Watch only this namespace (default: all).
+        #[arg(long, env = "LAKE_OPERATOR_NAMESPACE")]
+        namespace: Option<String>,
+        /// Where /metrics and /healthz are served.
+        #[arg(
+            long,
+            env = "LAKE_OPERATOR_METRICS_ADDR",
+            default_value = "0.0.0.0:8080"
+        )]
+        metrics_addr: std::net::SocketAddr,
+        /// One endpoint for DynamoDB and IAM instead of AWS (emulators).
+        #[arg(long, env = "LAKE_OPERATOR_AWS_ENDPOINT")]
+        aws_endpoint: Option<String>,
+        /// The cluster's IAM OIDC provider, for the IRSA trust policies reported in status.
+        #[arg(long, env = "LAKE_OPERATOR_OIDC_PROVIDER")]
+        oidc_provider: Option<String>,
+    },
     /// Print the LakeCluster CustomResourceDefinition as YAML.
     Crd,
     /// Validate a LakeCluster file and print its plan, offline (no cluster, no AWS).
@@ -47,6 +68,12 @@ enum Format {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run {
+            namespace,
+            metrics_addr,
+            aws_endpoint,
+            oidc_provider,
+        } => run(namespace, metrics_addr, aws_endpoint, oidc_provider),
         Command::Crd => match crd_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
@@ -59,6 +86,39 @@ fn main() -> ExitCode {
             output,
             oidc_provider,
         } => render_file(&file, output, oidc_provider),
+    }
+}
+
+fn run(
+    namespace: Option<String>,
+    metrics_addr: std::net::SocketAddr,
+    aws_endpoint: Option<String>,
+    oidc_provider: Option<String>,
+) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    // kube's TLS and the AWS SDK's both use rustls; choose the provider once.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+    };
+    let options = controller::RunOptions {
+        namespace,
+        metrics_addr,
+        aws: AwsSettings {
+            endpoint: aws_endpoint,
+            ..Default::default()
+        },
+        oidc_provider,
+    };
+    match runtime.block_on(controller::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e.to_string()),
     }
 }
 

@@ -65,7 +65,9 @@ pub fn node(args: &[&str]) -> (bool, String, String) {
         .current_dir(workspace_root())
         .output()
         .unwrap_or_else(|e| {
-            panic!("cannot run node ({e}): install Node.js 20+ (Debian: apt-get install nodejs npm)")
+            panic!(
+                "cannot run node ({e}): install Node.js 20+ (Debian: apt-get install nodejs npm)"
+            )
         });
     (
         out.status.success(),

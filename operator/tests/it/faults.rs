@@ -76,7 +76,10 @@ impl Intercept for CutAfterFirstTable {
         context: &BeforeSerializationInterceptorContextRef<'_>,
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        if context.input().downcast_ref::<DescribeContinuousBackupsInput>().is_some()
+        if context
+            .input()
+            .downcast_ref::<DescribeContinuousBackupsInput>()
+            .is_some()
             && self.armed.swap(false, Ordering::SeqCst)
         {
             let _ = self.cut.send(false);
@@ -144,10 +147,16 @@ spec:
     assert_eq!(error.reason(), "AwsError", "{error}");
     let first = error_policy(current.clone(), &error, ctx.clone());
     let second = error_policy(current.clone(), &error, ctx.clone());
-    assert!(first != second, "the backoff grows: {first:?} then {second:?}");
+    assert!(
+        first != second,
+        "the backoff grows: {first:?} then {second:?}"
+    );
     let status = clusters.get(&name).await.unwrap();
     let tables = condition(&status, "TablesReady");
-    assert_eq!((tables.status.as_str(), tables.reason.as_str()), ("False", "AwsError"));
+    assert_eq!(
+        (tables.status.as_str(), tables.reason.as_str()),
+        ("False", "AwsError")
+    );
     assert!(ctx.metrics.render().contains("reason=\"AwsError\"} 1"));
     // Mid-reconcile: the first table was created, the second not yet.
     let exists = |table: String| {
@@ -181,6 +190,10 @@ spec:
             Some("ENABLED"),
             "{table}"
         );
-        assert_eq!(ddb.scan().table_name(&table).send().await.unwrap().count(), 1, "{table} has its marker");
+        assert_eq!(
+            ddb.scan().table_name(&table).send().await.unwrap().count(),
+            1,
+            "{table} has its marker"
+        );
     }
 }

@@ -61,7 +61,11 @@ spec:
         .lines()
         .filter(|l| l.starts_with("WRONG") || l.starts_with("ERROR"))
         .collect();
-    assert!(ok, "the simulator disagreed:\n{}\n{stderr}", wrong.join("\n"));
+    assert!(
+        ok,
+        "the simulator disagreed:\n{}\n{stderr}",
+        wrong.join("\n")
+    );
     let summary = stdout.lines().last().unwrap_or_default();
     let total: usize = summary
         .split(" of ")
@@ -69,7 +73,10 @@ spec:
         .and_then(|s| s.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    assert!(total > 300, "the matrix is smaller than expected: {summary}");
+    assert!(
+        total > 300,
+        "the matrix is smaller than expected: {summary}"
+    );
     // The decisions the issue names, spelled out.
     for line in [
         "ok query allowed dynamodb:GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-manifests",
@@ -108,7 +115,12 @@ spec:
     ))
     .unwrap();
     let plan = plan::plan(&validate(&cluster).unwrap(), &IamInputs::default());
-    let query = &plan.policies.iter().find(|p| p.role.to_string() == "query").unwrap().document;
+    let query = &plan
+        .policies
+        .iter()
+        .find(|p| p.role.to_string() == "query")
+        .unwrap()
+        .document;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("query.json");
     std::fs::write(&file, query.to_string()).unwrap();
@@ -132,7 +144,9 @@ spec:
     ] {
         assert!(
             // HTTP 403: AccessDenied (S3) or the DynamoDB equivalent.
-            results[refused].as_str().is_some_and(|r| r.starts_with("403 ")),
+            results[refused]
+                .as_str()
+                .is_some_and(|r| r.starts_with("403 ")),
             "{refused} was not refused: {results}"
         );
     }

@@ -3,6 +3,7 @@
 mod api;
 mod cel;
 mod crd;
+mod deploy;
 mod faults;
 mod iam;
 mod reconcile;

@@ -1,0 +1,164 @@
+//! The controller shell of `lake-operator run`: a kube-runtime Controller over LakeClusters that
+//! also watches the objects it owns, a metrics/health endpoint, and graceful shutdown on
+//! SIGTERM/SIGINT (in-flight reconciles finish first).
+//!
+//! One replica: the metadata role's single-writer rule is enforced by the Deployment strategy,
+//! and the operator itself runs with `replicas: 1` and `strategy: Recreate` (see
+//! `config/manager/`) instead of leader election.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::aws::{AwsPool, AwsSettings};
+use crate::crd::LakeCluster;
+use crate::metrics::Metrics;
+use crate::reconcile::{Context, error_policy, reconcile};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot reach the Kubernetes API: {0}")]
+    Client(#[source] kube::Error),
+    #[error(
+        "the LakeCluster CRD is not installed (or not readable): {0}; install it with \
+         `kubectl apply -f config/crd/lakecluster.yaml` (or `kubectl apply -k config/default`)"
+    )]
+    NoCrd(#[source] kube::Error),
+    #[error("cannot listen on {addr} for metrics: {source}")]
+    Metrics {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub struct RunOptions {
+    /// Watch one namespace; `None` watches all.
+    pub namespace: Option<String>,
+    pub metrics_addr: SocketAddr,
+    pub aws: AwsSettings,
+    pub oidc_provider: Option<String>,
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+pub async fn run(options: RunOptions) -> Result<(), RunError> {
+    let client = Client::try_default().await.map_err(RunError::Client)?;
+    let ns = options.namespace.as_deref();
+    let clusters: Api<LakeCluster> = api(&client, ns);
+    clusters
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .map_err(RunError::NoCrd)?;
+
+    let metrics = Arc::new(Metrics::default());
+    let listener = TcpListener::bind(options.metrics_addr)
+        .await
+        .map_err(|source| RunError::Metrics {
+            addr: options.metrics_addr,
+            source,
+        })?;
+    tracing::info!(addr = %options.metrics_addr, "metrics and health on /metrics, /healthz");
+    let server = tokio::spawn(serve_metrics(listener, metrics.clone()));
+
+    let ctx = Context::new(
+        client.clone(),
+        AwsPool::new(options.aws),
+        options.oidc_provider,
+        metrics,
+    );
+    let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=lake-operator");
+    Controller::new(clusters, watcher::Config::default().any_semantic())
+        .owns(api::<Deployment>(&client, ns), owned.clone())
+        .owns(api::<ConfigMap>(&client, ns), owned.clone())
+        .owns(api::<Service>(&client, ns), owned.clone())
+        .owns(api::<ServiceAccount>(&client, ns), owned.clone())
+        .owns(api::<PodDisruptionBudget>(&client, ns), owned)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(cluster = %object.name, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "reconcile did not complete"),
+            }
+        })
+        .await;
+    server.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Answers `GET /metrics` (Prometheus text) and `GET /healthz`; anything else is 404.
+pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            let n = stream.read(&mut buf).await.unwrap_or(0);
+            let request = String::from_utf8_lossy(&buf[..n]);
+            let path = request.split_whitespace().nth(1).unwrap_or("");
+            let (status, content_type, body) = match path {
+                "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
+                "/healthz" | "/readyz" => ("200 OK", "text/plain", "ok\n".to_owned()),
+                _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn metrics_and_health_are_served() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics = Arc::new(Metrics::default());
+        metrics.reconciled(std::time::Duration::from_millis(5));
+        tokio::spawn(serve_metrics(listener, metrics));
+        let get = |path: &'static str| async move {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            stream
+                .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut out = String::new();
+            stream.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        let metrics = get("/metrics").await;
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        assert!(
+            metrics.contains("lake_operator_reconciles_total 1"),
+            "{metrics}"
+        );
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get("/nope").await.starts_with("HTTP/1.1 404"));
+    }
+}

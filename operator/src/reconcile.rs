@@ -197,7 +197,7 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
 
     if validated.paused {
         let mut checks = previous_checks(cluster);
-        checks.retain(|c| c.type_ != PLAN_VALID);
+        checks.retain(|c| c.type_ != PLAN_VALID && c.type_ != WORKLOADS_READY);
         checks.push(plan_valid);
         checks.push(Check::failed(
             WORKLOADS_READY,

@@ -196,6 +196,35 @@ impl Harness {
             .unwrap()
     }
 
+    /// The cluster as the API server holds it after a DELETE while it has finalizers:
+    /// `deletionTimestamp` set, the object still there. kube-fake-client neither sets that on
+    /// delete nor allows a patch to, so the state is loaded into a fresh fake API server, with
+    /// a context on it that shares this harness's AWS settings.
+    async fn deleting(&self) -> Harness {
+        let mut cluster = self.cluster().await;
+        cluster.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        cluster.metadata.resource_version = None;
+        let mut view = harness(cluster).await;
+        view.key = self.key.clone();
+        view.ctx = Context::new(
+            view.client.clone(),
+            AwsPool::new(AwsSettings {
+                endpoint: Some(moto().endpoint().to_owned()),
+                credentials: Some(Credentials::new(
+                    &self.key, "testing", None, None, "operator",
+                )),
+                interceptors: Vec::new(),
+                max_attempts: Some(2),
+            }),
+            None,
+            Arc::new(Metrics::default()),
+        );
+        view
+    }
+
     async fn patch_spec(&self, spec: serde_json::Value) {
         self.clusters
             .patch(
@@ -626,4 +655,104 @@ async fn a_table_with_the_wrong_key_schema_is_a_terminal_condition_and_left_alon
             .is_empty(),
         "no marker was written"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paused_stops_mutation_but_not_deletion() {
+    let name = unique("pz");
+    create_role(&format!("{name}-query-role")).await;
+    create_role(&format!("{name}-metadata-role")).await;
+    let h = harness(cluster_yaml(&name, "  deletionPolicy: Delete\n")).await;
+    h.reconcile().await;
+    h.roll_out().await;
+    h.reconcile().await;
+    assert_eq!(h.condition("Ready").await.0, "True");
+
+    // Paused: a spec change is not applied, nothing is written, the status says so.
+    h.patch_spec(json!({"paused": true, "query": {"replicas": 5}}))
+        .await;
+    let before = h.versions().await;
+    let recording = moto().start_recording();
+    let action = h.reconcile().await;
+    let log = recording.stop();
+    assert_eq!(action, Action::await_change());
+    assert!(
+        requests_signed_by(&log, &h.key).is_empty(),
+        "paused but AWS was called"
+    );
+    let after = h.versions().await;
+    let changed: Vec<_> = after
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(v))
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(
+        changed,
+        [format!("LakeCluster/{name}")],
+        "only the status changed"
+    );
+    assert_eq!(h.deployment("query").await.spec.unwrap().replicas, Some(2));
+    let (status, reason, _) = h.condition("Ready").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "WorkloadsNotReady")
+    );
+    assert_eq!(
+        h.condition("WorkloadsReady").await.1,
+        "ReconciliationPaused"
+    );
+
+    // Deleted while paused: the finalizer still runs — policies off the roles, tables deleted
+    // (deletionPolicy: Delete) — and the LakeCluster goes.
+    let deleting = h.deleting().await;
+    let cluster = deleting.cluster().await;
+    assert!(cluster.spec.paused && cluster.metadata.deletion_timestamp.is_some());
+    reconcile(Arc::new(cluster), deleting.ctx.clone())
+        .await
+        .unwrap();
+    assert!(
+        deleting.clusters.get_opt(&name).await.unwrap().is_none(),
+        "the finalizer was released"
+    );
+    let ddb = dynamodb().await;
+    for table in [format!("{name}-registry"), format!("{name}-manifests")] {
+        assert!(
+            ddb.describe_table()
+                .table_name(&table)
+                .send()
+                .await
+                .is_err(),
+            "{table} still exists"
+        );
+    }
+    let policy = iam()
+        .await
+        .get_role_policy()
+        .role_name(format!("{name}-query-role"))
+        .policy_name(format!("lake-{NS}-{name}"))
+        .send()
+        .await;
+    assert!(policy.is_err(), "the inline policy is still on the role");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retained_tables_survive_deletion() {
+    let name = unique("rt");
+    create_role(&format!("{name}-query-role")).await;
+    create_role(&format!("{name}-metadata-role")).await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    h.reconcile().await;
+    let deleting = h.deleting().await;
+    reconcile(Arc::new(deleting.cluster().await), deleting.ctx.clone())
+        .await
+        .unwrap();
+    assert!(deleting.clusters.get_opt(&name).await.unwrap().is_none());
+    let ddb = dynamodb().await;
+    let t = ddb
+        .describe_table()
+        .table_name(format!("{name}-manifests"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(t.table.unwrap().deletion_protection_enabled(), Some(true));
 }

@@ -756,3 +756,112 @@ async fn retained_tables_survive_deletion() {
         .unwrap();
     assert_eq!(t.table.unwrap().deletion_protection_enabled(), Some(true));
 }
+
+async fn create_lake_table(
+    table: &str,
+    hash: &str,
+    range: (&str, aws_sdk_dynamodb::types::ScalarAttributeType),
+) {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    dynamodb()
+        .await
+        .create_table()
+        .table_name(table)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(hash)
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(range.0)
+                .key_type(KeyType::Range)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(hash)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(range.0)
+                .attribute_type(range.1)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn matching_tables_are_adopted_and_another_clusters_are_not() {
+    use aws_sdk_dynamodb::types::{AttributeValue, ScalarAttributeType};
+    // A pre-existing registry with the right key schema and no marker: adopted.
+    let name = unique("adopt-ok");
+    create_role(&format!("{name}-query-role")).await;
+    create_role(&format!("{name}-metadata-role")).await;
+    create_lake_table(
+        &format!("{name}-registry"),
+        "pk",
+        ("sk", ScalarAttributeType::S),
+    )
+    .await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    h.reconcile().await;
+    assert_eq!(h.condition("TablesReady").await.0, "True");
+    let tables = h.cluster().await.status.unwrap().tables.unwrap();
+    assert!(
+        tables.registry.unwrap().adopted,
+        "the existing registry is reported adopted"
+    );
+    assert!(
+        !tables.manifest.unwrap().adopted,
+        "the manifest table was created"
+    );
+
+    // A manifest table that holds another cluster's marker: left alone, terminal condition.
+    let other = unique("adopt-no");
+    create_role(&format!("{other}-query-role")).await;
+    create_role(&format!("{other}-metadata-role")).await;
+    let manifests = format!("{other}-manifests");
+    create_lake_table(&manifests, "base_uri", ("version", ScalarAttributeType::N)).await;
+    dynamodb()
+        .await
+        .put_item()
+        .table_name(&manifests)
+        .item("base_uri", AttributeValue::S("__lake__/authority".into()))
+        .item("version", AttributeValue::N("0".into()))
+        .item("format", AttributeValue::S("lake-manifests/v2".into()))
+        .item("cluster", AttributeValue::S("someone-else".into()))
+        .send()
+        .await
+        .unwrap();
+    let h = harness(cluster_yaml(&other, "")).await;
+    let recording = moto().start_recording();
+    assert_eq!(h.reconcile().await, Action::await_change());
+    let log = recording.stop();
+    let (status, reason, message) = h.condition("TablesReady").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "MarkerConflict")
+    );
+    assert!(message.contains("someone-else"), "{message}");
+    let touched: Vec<_> = requests_signed_by(&log, &h.key)
+        .into_iter()
+        .filter(|r| r.resource == manifests && !r.is_read())
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "another cluster's table was modified: {touched:?}"
+    );
+}

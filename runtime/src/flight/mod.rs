@@ -4,6 +4,7 @@ mod auth;
 mod cancel;
 mod catalog;
 mod copy;
+mod info;
 mod service;
 mod sql;
 mod surface;

@@ -13,7 +13,7 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::DoPutPreparedStatementResult;
-use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfoData};
+use arrow_flight::sql::metadata::{SqlInfoData, XdbcTypeInfoData};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
@@ -197,21 +197,7 @@ fn context_status(e: ContextError) -> Status {
 impl LakeFlightSql {
     pub fn new(role: Role, tokens: Option<Tokens>) -> Self {
         let read_only = matches!(role, Role::Query { .. });
-        let mut info = SqlInfoDataBuilder::new();
-        info.append(SqlInfo::FlightSqlServerName, "lake");
-        info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
-        info.append(SqlInfo::FlightSqlServerArrowVersion, "58");
-        info.append(SqlInfo::FlightSqlServerReadOnly, read_only);
-        info.append(SqlInfo::FlightSqlServerSql, true);
-        info.append(SqlInfo::FlightSqlServerSubstrait, false);
-        info.append(SqlInfo::FlightSqlServerTransaction, 0i32);
-        info.append(SqlInfo::FlightSqlServerCancel, false);
-        info.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
-        info.append(SqlInfo::SqlDdlCatalog, false);
-        info.append(SqlInfo::SqlDdlSchema, !read_only);
-        info.append(SqlInfo::SqlDdlTable, !read_only);
-        // SqlInfoDataBuilder::build only fails on inconsistent union types, impossible above.
-        let sql_info = Arc::new(info.build().expect("static SqlInfo is valid"));
+        let sql_info = Arc::new(super::info::sql_info(read_only));
         Self {
             role,
             sql_info,

@@ -188,6 +188,17 @@ info = client.get_flight_info(flight.FlightDescriptor.for_command(command("Comma
 only = client.do_get(info.endpoints[0].ticket).read_all().to_pylist()
 check("xdbc type info filters by data type", [t["type_name"] for t in only] == ["VARCHAR"], only)
 
+# GetSqlInfo with no ids: everything, as JDBC's DatabaseMetaData asks for it.
+info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetSqlInfo")))
+sql_info = {row["info_name"]: row["value"] for row in client.do_get(info.endpoints[0].ticket).read_all().to_pylist()}
+check("sql info: read-only on query", sql_info.get(3) is True, sql_info.get(3))
+check("sql info: identifiers fold to lower case", sql_info.get(503) == 3, sql_info.get(503))
+check("sql info: keywords", "SELECT" in (sql_info.get(508) or []), len(sql_info.get(508) or []))
+check("sql info: numeric functions from DataFusion", {"abs", "sqrt"} <= set(sql_info.get(509) or []), sql_info.get(509))
+check("sql info: string functions", {"lower", "upper"} <= set(sql_info.get(510) or []), sql_info.get(510))
+check("sql info: datetime functions", "date_trunc" in (sql_info.get(512) or []), sql_info.get(512))
+check("sql info: schema term", sql_info.get(529) == "schema", sql_info.get(529))
+
 closed = list(client.do_action(flight.Action("CloseSession", b"")))
 check("CloseSession is tolerated", len(closed) == 1 and closed[0].body.to_pybytes() == b"\x08\x01", closed)
 try:

@@ -62,6 +62,8 @@ pub struct LakeClient {
     query_endpoint: String,
     query: FlightSqlServiceClient<Channel>,
     metadata_endpoint: Option<String>,
+    /// Connected on the first write, then reused.
+    metadata: tokio::sync::OnceCell<FlightSqlServiceClient<Channel>>,
     options: ConnectOptions,
     descriptor: Option<StageDescriptor>,
     stage: Stage,
@@ -86,6 +88,7 @@ impl LakeClient {
             query_endpoint: query_endpoint.to_owned(),
             query,
             metadata_endpoint,
+            metadata: tokio::sync::OnceCell::new(),
             options,
             descriptor: Some(descriptor),
             stage,
@@ -105,6 +108,7 @@ impl LakeClient {
             query_endpoint: query_endpoint.to_owned(),
             query,
             metadata_endpoint,
+            metadata: tokio::sync::OnceCell::new(),
             options,
             descriptor: None,
             stage: Stage::new(store, ""),
@@ -186,7 +190,11 @@ impl LakeClient {
             .metadata_endpoint
             .as_deref()
             .ok_or_else(|| ClientError::NoMetadataEndpoint(self.query_endpoint.clone()))?;
-        connection::flight_sql(endpoint, &self.options).await
+        // Channels are cheap to clone and multiplex calls; one connection serves every write.
+        self.metadata
+            .get_or_try_init(|| connection::flight_sql(endpoint, &self.options))
+            .await
+            .cloned()
     }
 }
 

@@ -14,7 +14,24 @@ import tempfile
 _recording = tempfile.NamedTemporaryFile(prefix="moto-recording-", suffix=".jsonl", delete=False)
 os.environ["MOTO_RECORDER_FILEPATH"] = _recording.name
 
+import threading  # noqa: E402
+
+from moto.moto_api._internal.recorder.models import Recorder  # noqa: E402
 from moto.server import ThreadedMotoServer  # noqa: E402  (reads the variable at import)
+
+# moto's recorder appends each record with two writes (the JSON, then a newline) from whichever
+# server thread handles the request, so concurrent requests (multipart parts, parallel tests)
+# interleave and corrupt each other's lines. One record at a time keeps every line whole.
+_record_lock = threading.Lock()
+_record_request = Recorder._record_request
+
+
+def _record_one_at_a_time(self, *args, **kwargs):
+    with _record_lock:
+        return _record_request(self, *args, **kwargs)
+
+
+Recorder._record_request = _record_one_at_a_time
 
 
 def main() -> None:
@@ -23,7 +40,9 @@ def main() -> None:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
-    print(f"PORT {port}", flush=True)
+    # The recorder's file is read directly by the tests (large recordings come back chunked over
+    # HTTP, which a plain reader would corrupt).
+    print(f"PORT {port} RECORDING {_recording.name}", flush=True)
     sys.stdin.read()
     server.stop()
     os.unlink(_recording.name)

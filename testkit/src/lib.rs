@@ -121,6 +121,8 @@ pub fn python(args: &[&str]) -> (bool, String, String) {
 pub struct Moto {
     endpoint: String,
     port: u16,
+    /// The file moto's request recorder appends to.
+    recording: PathBuf,
     // Held, never read: while this process lives, the pipe stays open and moto keeps running.
     // When the process exits the pipe closes and `scripts/moto_guard.py` stops the server.
     _guard: Mutex<(Child, ChildStdin)>,
@@ -180,12 +182,15 @@ impl Recording {
         let port = self.moto.port;
         let response = http(port, "POST", "/moto-api/recorder/stop-recording");
         assert!(response.starts_with("HTTP/1.1 200"), "stop: {response}");
-        let log = http(port, "GET", "/moto-api/recorder/download-recording");
-        let (head, body) = log.split_once("\r\n\r\n").expect("an HTTP response");
-        assert!(head.starts_with("HTTP/1.1 200"), "download: {head}");
+        let log = std::fs::read_to_string(&self.moto.recording).unwrap_or_else(|e| {
+            panic!(
+                "cannot read moto's recording {}: {e}",
+                self.moto.recording.display()
+            )
+        });
         // Other tests' requests still in flight may leave a half-written last line; the
         // recording test's own processes have finished by now, so their records are whole.
-        body.lines()
+        log.lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
     }
@@ -335,17 +340,21 @@ fn start_moto() -> Moto {
     BufReader::new(stdout)
         .read_line(&mut line)
         .expect("read moto's port");
-    let port: u16 = line
-        .trim()
-        .strip_prefix("PORT ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| {
-            let status = child.try_wait().ok().flatten();
-            panic!(
-                "the moto server did not start (said {line:?}, exit {status:?}); is moto[server] \
-                 installed in the venv? run scripts/bootstrap"
-            )
-        });
+    // "PORT <n> RECORDING <path>"
+    let mut words = line.split_whitespace();
+    let (port, recording) = match (words.next(), words.next(), words.next(), words.next()) {
+        (Some("PORT"), Some(port), Some("RECORDING"), Some(path)) => {
+            (port.parse::<u16>().ok(), PathBuf::from(path))
+        }
+        _ => (None, PathBuf::new()),
+    };
+    let port = port.unwrap_or_else(|| {
+        let status = child.try_wait().ok().flatten();
+        panic!(
+            "the moto server did not start (said {line:?}, exit {status:?}); is moto[server] \
+             installed in the venv? run scripts/bootstrap"
+        )
+    });
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -357,6 +366,7 @@ fn start_moto() -> Moto {
     Moto {
         endpoint: format!("http://127.0.0.1:{port}"),
         port,
+        recording,
         _guard: Mutex::new((child, stdin)),
     }
 }

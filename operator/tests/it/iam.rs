@@ -8,15 +8,15 @@ use lake_testkit::{node, node_modules};
 
 const ACCOUNT: &str = "123456789012";
 
-#[test]
-fn policies_grant_least_privilege_in_the_iam_simulator() {
-    let cluster: LakeCluster = serde_yaml::from_str(&format!(
+/// A cluster whose roles are ARNs in `ACCOUNT` (the policies need no AWS lookup).
+fn cluster(name: &str, bucket: &str, prefix: &str, region: &str) -> LakeCluster {
+    serde_yaml::from_str(&format!(
         r#"
 apiVersion: lake.dev/v1alpha1
 kind: LakeCluster
-metadata: {{name: analytics, namespace: data}}
+metadata: {{name: {name}, namespace: data}}
 spec:
-  storage: {{s3: {{bucket: acme-lake, prefix: analytics, region: eu-west-1}}}}
+  storage: {{s3: {{bucket: {bucket}, prefix: {prefix}, region: {region}}}}}
   iam:
     queryRole: arn:aws:iam::{ACCOUNT}:role/lake-query
     metadataRole: arn:aws:iam::{ACCOUNT}:role/lake-metadata
@@ -24,7 +24,12 @@ spec:
   metadata: {{image: lake:1}}
 "#
     ))
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn policies_grant_least_privilege_in_the_iam_simulator() {
+    let cluster = cluster("analytics", "acme-lake", "analytics", "eu-west-1");
     let validated = validate(&cluster).unwrap();
     let plan = plan::plan(&validated, &IamInputs::default());
     let doc = |role: &str| {
@@ -97,23 +102,8 @@ spec:
 #[test]
 fn query_credentials_are_refused_writes_under_enforcement() {
     let moto = lake_testkit::dedicated_moto();
-    // moto's account id.
-    let account = "123456789012";
-    let cluster: LakeCluster = serde_yaml::from_str(&format!(
-        r#"
-apiVersion: lake.dev/v1alpha1
-kind: LakeCluster
-metadata: {{name: enforced, namespace: data}}
-spec:
-  storage: {{s3: {{bucket: enforced-bucket, prefix: wh, region: us-east-1}}}}
-  iam:
-    queryRole: arn:aws:iam::{account}:role/lake-query
-    metadataRole: arn:aws:iam::{account}:role/lake-metadata
-  query: {{image: lake:1}}
-  metadata: {{image: lake:1}}
-"#
-    ))
-    .unwrap();
+    // ACCOUNT is moto's account id too.
+    let cluster = cluster("enforced", "enforced-bucket", "wh", "us-east-1");
     let plan = plan::plan(&validate(&cluster).unwrap(), &IamInputs::default());
     let query = &plan
         .policies

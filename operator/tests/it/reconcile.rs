@@ -60,6 +60,12 @@ async fn create_role(name: &str) {
         .unwrap();
 }
 
+/// The query and metadata roles `cluster_yaml(name, …)` names.
+async fn create_roles(name: &str) {
+    create_role(&format!("{name}-query-role")).await;
+    create_role(&format!("{name}-metadata-role")).await;
+}
+
 fn cluster_yaml(name: &str, spec_extra: &str) -> LakeCluster {
     let yaml = format!(
         r#"
@@ -258,8 +264,7 @@ fn config_hash(d: &Deployment) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
     let name = unique("lk");
-    create_role(&format!("{name}-query-role")).await;
-    create_role(&format!("{name}-metadata-role")).await;
+    create_roles(&name).await;
     let h = harness(cluster_yaml(&name, "")).await;
     let uid = h.cluster().await.metadata.uid.unwrap();
 
@@ -590,8 +595,7 @@ async fn bad_specs_never_reach_aws() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_table_with_the_wrong_key_schema_is_a_terminal_condition_and_left_alone() {
     let name = unique("adopt");
-    create_role(&format!("{name}-query-role")).await;
-    create_role(&format!("{name}-metadata-role")).await;
+    create_roles(&name).await;
     let ddb = dynamodb().await;
     let registry = format!("{name}-registry");
     ddb.create_table()
@@ -660,8 +664,7 @@ async fn a_table_with_the_wrong_key_schema_is_a_terminal_condition_and_left_alon
 #[tokio::test(flavor = "multi_thread")]
 async fn paused_stops_mutation_but_not_deletion() {
     let name = unique("pz");
-    create_role(&format!("{name}-query-role")).await;
-    create_role(&format!("{name}-metadata-role")).await;
+    create_roles(&name).await;
     let h = harness(cluster_yaml(&name, "  deletionPolicy: Delete\n")).await;
     h.reconcile().await;
     h.roll_out().await;
@@ -738,8 +741,7 @@ async fn paused_stops_mutation_but_not_deletion() {
 #[tokio::test(flavor = "multi_thread")]
 async fn retained_tables_survive_deletion() {
     let name = unique("rt");
-    create_role(&format!("{name}-query-role")).await;
-    create_role(&format!("{name}-metadata-role")).await;
+    create_roles(&name).await;
     let h = harness(cluster_yaml(&name, "")).await;
     h.reconcile().await;
     let deleting = h.deleting().await;
@@ -808,8 +810,7 @@ async fn matching_tables_are_adopted_and_another_clusters_are_not() {
     use aws_sdk_dynamodb::types::{AttributeValue, ScalarAttributeType};
     // A pre-existing registry with the right key schema and no marker: adopted.
     let name = unique("adopt-ok");
-    create_role(&format!("{name}-query-role")).await;
-    create_role(&format!("{name}-metadata-role")).await;
+    create_roles(&name).await;
     create_lake_table(
         &format!("{name}-registry"),
         "pk",
@@ -831,8 +832,7 @@ async fn matching_tables_are_adopted_and_another_clusters_are_not() {
 
     // A manifest table that holds another cluster's marker: left alone, terminal condition.
     let other = unique("adopt-no");
-    create_role(&format!("{other}-query-role")).await;
-    create_role(&format!("{other}-metadata-role")).await;
+    create_roles(&other).await;
     let manifests = format!("{other}-manifests");
     create_lake_table(&manifests, "base_uri", ("version", ScalarAttributeType::N)).await;
     dynamodb()

@@ -9,6 +9,8 @@ import adbc_driver_manager
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from flightsql_commands import command, pb_string
+
 QUERY, METADATA = sys.argv[1], sys.argv[2]
 passed = 0
 
@@ -126,22 +128,6 @@ info = query.adbc_get_info()
 check("sql info names the server", info.get("vendor_name") == "lake", info)
 
 # A second client peer: raw pyarrow.flight, with hand-encoded Flight SQL commands.
-def pb_string(field, value):
-    data = value if isinstance(value, bytes) else value.encode()
-    length, out = len(data), bytearray()
-    while True:
-        byte = length & 0x7F
-        length >>= 7
-        out.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return bytes([field << 3 | 2]) + bytes(out) + data
-
-
-def command(name, body=b""):
-    return pb_string(1, f"type.googleapis.com/arrow.flight.protocol.sql.{name}") + pb_string(2, body)
-
-
 client = flight.FlightClient(QUERY)
 info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetTables")))
 listed = client.do_get(info.endpoints[0].ticket).read_all().to_pylist()

@@ -10,6 +10,8 @@ import adbc_driver_flightsql.dbapi as flightsql
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from flightsql_commands import command, pb_string
+
 QUERY, METADATA, PID = sys.argv[1], sys.argv[2], int(sys.argv[3])
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -33,28 +35,10 @@ with flightsql.connect(METADATA) as conn, conn.cursor() as cur:
     cur.adbc_ingest("big", pa.table({"k": pa.array(range(100_000), pa.int64())}), mode="create", db_schema_name="sales")
 
 
-def pb_string(field, value):
-    data = value.encode()
-    length, out = len(data), bytearray()
-    while True:
-        byte = length & 0x7F
-        length >>= 7
-        out.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return bytes([field << 3 | 2]) + bytes(out) + data
-
-
-def command(name, body):
-    return pb_string(1, f"type.googleapis.com/arrow.flight.protocol.sql.{name}") + body
-
-
 # 10^10 pairs: far longer than this script runs, and no row leaves until the end.
 sql = "SELECT count(*) FROM sales.big a CROSS JOIN sales.big b WHERE (a.k + b.k) % 7 = 3"
 client = flight.FlightClient(QUERY)
-descriptor = flight.FlightDescriptor.for_command(
-    pb_string(1, "type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery") + pb_string(2, pb_string(1, sql).decode())
-)
+descriptor = flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, sql)))
 info = client.get_flight_info(descriptor)
 idle = busy(1.0)
 reader = client.do_get(info.endpoints[0].ticket)

@@ -80,19 +80,7 @@ impl LakeClient {
         query_endpoint: &str,
         options: ConnectOptions,
     ) -> Result<Self, ClientError> {
-        let mut query = connection::flight_sql(query_endpoint, &options).await?;
-        let descriptor = discover_stage(&mut query, query_endpoint).await?;
-        let stage = Stage::from_descriptor(&descriptor).await?;
-        let metadata_endpoint = discover_metadata(&mut query, query_endpoint).await?;
-        Ok(Self {
-            query_endpoint: query_endpoint.to_owned(),
-            query,
-            metadata_endpoint,
-            metadata: tokio::sync::OnceCell::new(),
-            options,
-            descriptor: Some(descriptor),
-            stage,
-        })
+        Self::open(query_endpoint, options, None).await
     }
 
     /// Connects to `query_endpoint` for SQL, with an explicit stage store instead of discovery
@@ -102,7 +90,24 @@ impl LakeClient {
         store: Arc<dyn ObjectStore>,
         options: ConnectOptions,
     ) -> Result<Self, ClientError> {
+        Self::open(query_endpoint, options, Some(store)).await
+    }
+
+    /// Connects; discovers the stage unless `store` is given, and always the metadata endpoint.
+    async fn open(
+        query_endpoint: &str,
+        options: ConnectOptions,
+        store: Option<Arc<dyn ObjectStore>>,
+    ) -> Result<Self, ClientError> {
         let mut query = connection::flight_sql(query_endpoint, &options).await?;
+        let (descriptor, stage) = match store {
+            Some(store) => (None, Stage::new(store, "")),
+            None => {
+                let descriptor = discover_stage(&mut query, query_endpoint).await?;
+                let stage = Stage::from_descriptor(&descriptor).await?;
+                (Some(descriptor), stage)
+            }
+        };
         let metadata_endpoint = discover_metadata(&mut query, query_endpoint).await?;
         Ok(Self {
             query_endpoint: query_endpoint.to_owned(),
@@ -110,8 +115,8 @@ impl LakeClient {
             metadata_endpoint,
             metadata: tokio::sync::OnceCell::new(),
             options,
-            descriptor: None,
-            stage: Stage::new(store, ""),
+            descriptor,
+            stage,
         })
     }
 

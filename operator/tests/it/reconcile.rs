@@ -96,6 +96,16 @@ spec:
     serde_yaml::from_str(&yaml).unwrap()
 }
 
+/// The operator's AWS clients on the emulator, signing with `key`.
+fn pool(key: &str) -> Arc<AwsPool> {
+    AwsPool::new(AwsSettings {
+        endpoint: Some(moto().endpoint().to_owned()),
+        credentials: Some(Credentials::new(key, "testing", None, None, "operator")),
+        interceptors: Vec::new(),
+        max_attempts: Some(2),
+    })
+}
+
 async fn harness(cluster: LakeCluster) -> Harness {
     let name = cluster.metadata.name.clone().unwrap();
     let key = unique("OPKEY").to_uppercase().replace('-', "");
@@ -107,12 +117,7 @@ async fn harness(cluster: LakeCluster) -> Harness {
         .build()
         .await
         .unwrap();
-    let aws = AwsPool::new(AwsSettings {
-        endpoint: Some(moto().endpoint().to_owned()),
-        credentials: Some(Credentials::new(&key, "testing", None, None, "operator")),
-        interceptors: Vec::new(),
-        max_attempts: Some(2),
-    });
+    let aws = pool(&key);
     let ctx = Context::new(
         client.clone(),
         aws,
@@ -217,14 +222,7 @@ impl Harness {
         view.key = self.key.clone();
         view.ctx = Context::new(
             view.client.clone(),
-            AwsPool::new(AwsSettings {
-                endpoint: Some(moto().endpoint().to_owned()),
-                credentials: Some(Credentials::new(
-                    &self.key, "testing", None, None, "operator",
-                )),
-                interceptors: Vec::new(),
-                max_attempts: Some(2),
-            }),
+            pool(&self.key),
             None,
             Arc::new(Metrics::default()),
         );
@@ -241,6 +239,15 @@ impl Harness {
             .await
             .unwrap();
     }
+}
+
+/// The objects whose resourceVersion differs between two `Harness::versions` snapshots.
+fn changed(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> Vec<String> {
+    after
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(v))
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 fn writes(requests: &[AwsRequest]) -> Vec<&AwsRequest> {
@@ -504,11 +511,7 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
         "a replica change wrote to AWS"
     );
     let after = h.versions().await;
-    let changed: Vec<_> = after
-        .iter()
-        .filter(|(k, v)| before.get(*k) != Some(v))
-        .map(|(k, _)| k.clone())
-        .collect();
+    let changed = changed(&before, &after);
     assert_eq!(
         changed,
         [
@@ -684,11 +687,7 @@ async fn paused_stops_mutation_but_not_deletion() {
         "paused but AWS was called"
     );
     let after = h.versions().await;
-    let changed: Vec<_> = after
-        .iter()
-        .filter(|(k, v)| before.get(*k) != Some(v))
-        .map(|(k, _)| k.clone())
-        .collect();
+    let changed = changed(&before, &after);
     assert_eq!(
         changed,
         [format!("LakeCluster/{name}")],

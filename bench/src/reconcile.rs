@@ -12,6 +12,7 @@ use aws_credential_types::Credentials;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube_fake_client::ClientBuilder;
+use lake_operator::allowlist::Allowlist;
 use lake_operator::aws::{AwsPool, AwsSettings};
 use lake_operator::crd::LakeCluster;
 use lake_operator::metrics::Metrics;
@@ -117,6 +118,11 @@ async fn main() {
         }),
         None,
         Arc::new(Metrics::default()),
+        Allowlist::parse(
+            "namespaces:\n  bench:\n    roles: [\"*-q\", \"*-m\"]\n    storage: [{bucket: \"*-bucket\", prefix: wh}]\n",
+            "bench",
+        )
+        .expect("allowlist"),
     );
     let clusters: Api<LakeCluster> = Api::namespaced(client.clone(), NS);
 

@@ -46,6 +46,7 @@ pub struct RunOptions {
     pub metrics_addr: SocketAddr,
     pub aws: AwsSettings,
     pub oidc_provider: Option<String>,
+    pub allowlist: crate::allowlist::Allowlist,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -83,6 +84,7 @@ pub async fn run(options: RunOptions) -> Result<(), RunError> {
         AwsPool::new(options.aws),
         options.oidc_provider,
         metrics,
+        options.allowlist,
     );
     let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=lake-operator");
     Controller::new(clusters, watcher::Config::default().any_semantic())

@@ -3,6 +3,7 @@
 //! The pipeline is validate → plan → apply → status. `validate` and `render` are pure (they take no
 //! client), and back both reconcile and the offline `lake-operator render` dry-run.
 
+pub mod allowlist;
 pub mod apply;
 pub mod aws;
 pub mod controller;

@@ -3,6 +3,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::CustomResourceExt;
+use lake_operator::allowlist::{Allowlist, AllowlistError, admit};
 use lake_operator::aws::AwsSettings;
 use lake_operator::controller;
 use lake_operator::crd::{LakeCluster, crd_yaml};
@@ -37,6 +38,10 @@ enum Command {
         /// The cluster's IAM OIDC provider, for the IRSA trust policies reported in status.
         #[arg(long, env = "LAKE_OPERATOR_OIDC_PROVIDER")]
         oidc_provider: Option<String>,
+        /// The administrator's allowlist (YAML): which roles, buckets/prefixes and tables each
+        /// namespace may use. Without it no IAM policy is managed for anyone (docs/operator.md).
+        #[arg(long, env = "LAKE_OPERATOR_ALLOWLIST")]
+        allowlist: Option<PathBuf>,
     },
     /// Print the LakeCluster CustomResourceDefinition as YAML.
     Crd,
@@ -51,6 +56,9 @@ enum Command {
         /// oidc.eks.eu-west-1.amazonaws.com/id/EXAMPLE.
         #[arg(long)]
         oidc_provider: Option<String>,
+        /// Check the spec against an operator allowlist too, as `run --allowlist` would.
+        #[arg(long)]
+        allowlist: Option<PathBuf>,
     },
 }
 
@@ -73,7 +81,17 @@ fn main() -> ExitCode {
             metrics_addr,
             aws_endpoint,
             oidc_provider,
-        } => run(namespace, metrics_addr, aws_endpoint, oidc_provider),
+            allowlist,
+        } => match load_allowlist(allowlist.as_deref()) {
+            Ok(allowlist) => run(
+                namespace,
+                metrics_addr,
+                aws_endpoint,
+                oidc_provider,
+                allowlist,
+            ),
+            Err(e) => fail(&e.to_string()),
+        },
         Command::Crd => match crd_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
@@ -85,7 +103,22 @@ fn main() -> ExitCode {
             file,
             output,
             oidc_provider,
-        } => render_file(&file, output, oidc_provider),
+            allowlist,
+        } => {
+            let allowlist = match allowlist.as_deref().map(Allowlist::load).transpose() {
+                Ok(allowlist) => allowlist,
+                Err(e) => return fail(&e.to_string()),
+            };
+            render_file(&file, output, oidc_provider, allowlist.as_ref())
+        }
+    }
+}
+
+/// The allowlist file, or the empty one (nothing allowed) when none is given.
+fn load_allowlist(path: Option<&std::path::Path>) -> Result<Allowlist, AllowlistError> {
+    match path {
+        Some(path) => Allowlist::load(path),
+        None => Ok(Allowlist::default()),
     }
 }
 
@@ -94,6 +127,7 @@ fn run(
     metrics_addr: std::net::SocketAddr,
     aws_endpoint: Option<String>,
     oidc_provider: Option<String>,
+    allowlist: Allowlist,
 ) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -115,6 +149,7 @@ fn run(
             ..Default::default()
         },
         oidc_provider,
+        allowlist,
     };
     match runtime.block_on(controller::run(options)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -127,7 +162,12 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn render_file(file: &PathBuf, output: Format, oidc_provider: Option<String>) -> ExitCode {
+fn render_file(
+    file: &PathBuf,
+    output: Format,
+    oidc_provider: Option<String>,
+    allowlist: Option<&Allowlist>,
+) -> ExitCode {
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(e) => return fail(&format!("cannot read {}: {e}", file.display())),
@@ -166,6 +206,15 @@ fn render_file(file: &PathBuf, output: Format, oidc_provider: Option<String>) ->
             return ExitCode::FAILURE;
         }
     };
+    if let Some(allowlist) = allowlist
+        && let Err(errors) = admit(&validated, allowlist)
+    {
+        eprintln!("error: {} is refused by the allowlist:", file.display());
+        for error in errors.iter() {
+            eprintln!("  - {error}");
+        }
+        return ExitCode::FAILURE;
+    }
     let inputs = IamInputs {
         oidc_provider,
         ..Default::default()

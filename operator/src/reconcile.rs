@@ -23,6 +23,7 @@ use kube::{Client, Resource, ResourceExt};
 use lake_common::plan::{Role, Storage};
 use serde_json::json;
 
+use crate::allowlist::{self, Allowlist};
 use crate::apply::{self, ApplyError};
 use crate::aws::AwsPool;
 use crate::crd::{
@@ -72,6 +73,8 @@ pub struct Context {
     /// For the IRSA trust policies in status.
     pub oidc_provider: Option<String>,
     pub metrics: Arc<Metrics>,
+    /// What the administrator lets each namespace's clusters reach.
+    pub allowlist: Allowlist,
     recorder: Recorder,
     /// Consecutive failures per cluster uid: exponential backoff, reset on success.
     failures: Mutex<HashMap<String, u32>>,
@@ -83,6 +86,7 @@ impl Context {
         aws: Arc<AwsPool>,
         oidc_provider: Option<String>,
         metrics: Arc<Metrics>,
+        allowlist: Allowlist,
     ) -> Arc<Self> {
         let recorder = Recorder::new(
             client.clone(),
@@ -96,6 +100,7 @@ impl Context {
             aws,
             oidc_provider,
             metrics,
+            allowlist,
             recorder,
             failures: Mutex::default(),
         })
@@ -172,23 +177,33 @@ pub fn error_policy(
     Action::requeue(delay)
 }
 
+/// The admitted spec, or the status that says why not (a terminal condition).
+fn admitted(cluster: &LakeCluster, ctx: &Context) -> Result<ValidatedCluster, String> {
+    let join = |errors: lake_common::plan::PlanErrors| {
+        errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let validated = validate::validate(cluster).map_err(join)?;
+    allowlist::admit(&validated, &ctx.allowlist).map_err(join)?;
+    Ok(validated)
+}
+
 async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, ReconcileError> {
     let generation = cluster.meta().generation;
-    let validated = match validate::validate(cluster) {
+    // validate + admit: pure; a refused spec never reaches AWS.
+    let validated = match admitted(cluster, ctx) {
         Ok(v) => v,
-        Err(errors) => {
-            let message = errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ");
+        Err(message) => {
             let checks = [
                 Check::failed(PLAN_VALID, "InvalidSpec", message),
                 Check::unknown(TABLES_READY, "PlanInvalid", "the spec is invalid"),
                 Check::unknown(POLICIES_READY, "PlanInvalid", "the spec is invalid"),
                 Check::unknown(WORKLOADS_READY, "PlanInvalid", "the spec is invalid"),
             ];
-            write_status(ctx, cluster, &checks, generation, None).await?;
+            write_status(ctx, cluster, &checks, generation, Facts::default()).await?;
             // Terminal: nothing changes until the spec does.
             return Ok(Action::await_change());
         }
@@ -204,7 +219,7 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
             "ReconciliationPaused",
             "spec.paused is true: nothing is changed until it is false",
         ));
-        write_status(ctx, cluster, &checks, generation, None).await?;
+        write_status(ctx, cluster, &checks, generation, Facts::previous(cluster)).await?;
         return Ok(Action::await_change());
     }
 
@@ -214,168 +229,289 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
         (Storage::S3(_), Some(aws)) => Some(ctx.aws.clients(&aws.region).await),
         _ => None,
     };
-
-    // Dereference: the roles' accounts (their ARNs carry them, else GetRole).
-    let mut inputs = IamInputs {
-        oidc_provider: ctx.oidc_provider.clone(),
-        ..Default::default()
+    let mut facts = Facts {
+        endpoints: Some(Endpoints {
+            query: Some(endpoint(&validated, Role::Query)),
+            metadata: Some(endpoint(&validated, Role::Metadata)),
+        }),
+        ..Facts::default()
     };
-    let mut policy_check = None;
-    if let (Some(iam), Some(clients)) = (&validated.iam, &clients) {
-        for (role, spec_role) in [
-            (Role::Query, &iam.query_role),
-            (Role::Metadata, &iam.metadata_role),
-        ] {
-            let account = match plan::iam::role_account(spec_role) {
-                Some(account) => Ok(account.to_owned()),
-                None => apply::iam::role_arn(&clients.iam, spec_role)
-                    .await
-                    .map(|arn| apply::iam::account_of(&arn).unwrap_or_default()),
-            };
-            match (account, role) {
-                (Ok(a), Role::Query) => inputs.query_account = Some(a),
-                (Ok(a), Role::Metadata) => inputs.metadata_account = Some(a),
-                (Err(e), _) => {
-                    policy_check = Some(Check::failed(POLICIES_READY, e.reason(), e.to_string()))
-                }
-            }
+
+    // Dereference: without the roles' accounts the plan would hold placeholders, so a failed
+    // lookup stops the pass before anything is written.
+    let inputs = match dereference(&validated, clients.as_ref(), ctx).await {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            let waiting = "waiting for the IAM roles to be looked up";
+            let checks = [
+                plan_valid,
+                Check::unknown(TABLES_READY, "Waiting", waiting),
+                Check::failed(POLICIES_READY, e.reason(), e.to_string()),
+                Check::unknown(WORKLOADS_READY, "Waiting", waiting),
+            ];
+            write_status(ctx, cluster, &checks, generation, facts).await?;
+            return Err(e.into());
         }
-    }
+    };
     let LakePlan {
         tables,
         policies,
         objects,
     } = plan::plan(&validated, &inputs);
+    facts.policies = policies_status(&policies);
 
-    // Tables.
-    let mut applied_tables = Vec::new();
-    let mut failure: Option<ApplyError> = None;
-    let tables_check = match &clients {
-        None => Check::ok(
-            TABLES_READY,
-            "Embedded",
-            "a local lake keeps its stores on disk",
+    let tables = tables_step(clients.as_ref(), &tables).await;
+    facts.tables = tables.status();
+    let policies_check = match &tables.failure {
+        Some(_) => (
+            Check::unknown(POLICIES_READY, "Waiting", "waiting for the tables"),
+            None,
         ),
-        Some(clients) => {
-            let mut check = Check::ok(TABLES_READY, "Ready", "");
-            for table in &tables {
-                match apply::tables::ensure(&clients.dynamodb, table).await {
-                    Ok(applied) => applied_tables.push(applied),
-                    Err(e) => {
-                        check = Check::failed(TABLES_READY, e.reason(), e.to_string());
-                        failure = Some(e);
-                        break;
-                    }
-                }
-            }
-            if check.ok == Some(true) {
-                check.message = format!(
-                    "{} ready",
-                    applied_tables
-                        .iter()
-                        .map(|t| t.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" and ")
-                );
-            }
-            check
-        }
+        None => policies_step(&validated, clients.as_ref(), &policies).await,
     };
+    let failure = tables.failure.or(policies_check.1);
+    // Workloads only once the stores they point at exist and their roles may reach them.
+    let workloads = match &failure {
+        Some(_) => WorkloadsOutcome::waiting(),
+        None => workloads_step(ctx, &validated, &objects).await,
+    };
+    let failure = failure.or(workloads.failure);
 
-    // Policies.
-    let policies_check = match (&validated.iam, &clients, policy_check) {
-        (_, _, Some(failed)) => failed,
-        (None, _, _) | (_, None, _) => Check::ok(
-            POLICIES_READY,
-            "NotConfigured",
-            "no spec.iam: no policies to manage",
-        ),
-        (Some(iam), Some(_), None) if !iam.manage => Check::ok(
-            POLICIES_READY,
-            "NotManaged",
-            "spec.iam.manage is false: the policies are reported in status for someone else to attach",
-        ),
-        (Some(_), Some(clients), None) => {
-            let mut check = Check::ok(
-                POLICIES_READY,
-                "Applied",
-                "both inline policies are in place",
-            );
-            if failure.is_none() {
-                for policy in &policies {
-                    if let Err(e) = apply::iam::ensure(&clients.iam, policy).await {
-                        check = Check::failed(POLICIES_READY, e.reason(), e.to_string());
-                        failure = Some(e);
-                        break;
-                    }
-                }
-            } else {
-                check = Check::unknown(POLICIES_READY, "Waiting", "waiting for the tables");
-            }
-            check
-        }
-    };
-
-    // Workloads: only once the stores they point at exist.
-    let workloads_check = if failure.is_some() {
-        Check::unknown(
-            WORKLOADS_READY,
-            "Waiting",
-            "waiting for tables and policies",
-        )
-    } else {
-        match apply::workloads::ensure(&ctx.client, &validated.namespace, &objects).await {
-            Err(e) => {
-                let check = Check::failed(WORKLOADS_READY, e.reason(), e.to_string());
-                failure = Some(e);
-                check
-            }
-            Ok(written) => {
-                if !written.is_empty() {
-                    tracing::info!(cluster = %validated.name, ?written, "applied");
-                }
-                let mut notes = Vec::new();
-                let mut all_ready = true;
-                for role in [Role::Query, Role::Metadata] {
-                    let (ready, note) = apply::workloads::rollout(
-                        &ctx.client,
-                        &validated.namespace,
-                        &workload_name(&validated, role),
-                    )
-                    .await?;
-                    all_ready &= ready;
-                    notes.push(note);
-                }
-                if all_ready {
-                    Check::ok(WORKLOADS_READY, "Available", notes.join("; "))
-                } else {
-                    Check::failed(WORKLOADS_READY, "RollingOut", notes.join("; "))
-                }
-            }
-        }
-    };
-
-    let ready = [&tables_check, &policies_check, &workloads_check]
-        .iter()
-        .all(|c| c.ok == Some(true));
-    let extra = StatusExtra {
-        validated: &validated,
-        tables: &applied_tables,
-        policies: &policies,
-    };
-    write_status(
-        ctx,
-        cluster,
-        &[plan_valid, tables_check, policies_check, workloads_check],
-        generation,
-        Some(extra),
-    )
-    .await?;
+    let checks = [plan_valid, tables.check, policies_check.0, workloads.check];
+    let ready = checks[1..].iter().all(|c| c.ok == Some(true));
+    write_status(ctx, cluster, &checks, generation, facts).await?;
     match failure {
         Some(e) if e.is_terminal() => Ok(Action::await_change()),
         Some(e) => Err(e.into()),
         None if ready => Ok(Action::requeue(RESYNC)),
         None => Ok(Action::requeue(PROGRESS)),
+    }
+}
+
+/// The roles' accounts: from their ARNs, else `GetRole`. Only for managed-or-reported IAM on
+/// S3; anything else needs no lookup.
+async fn dereference(
+    validated: &ValidatedCluster,
+    clients: Option<&crate::aws::AwsClients>,
+    ctx: &Context,
+) -> Result<IamInputs, ApplyError> {
+    let mut inputs = IamInputs {
+        oidc_provider: ctx.oidc_provider.clone(),
+        ..Default::default()
+    };
+    let (Some(iam), Some(clients)) = (&validated.iam, clients) else {
+        return Ok(inputs);
+    };
+    for (role, spec_role) in [
+        (Role::Query, &iam.query_role),
+        (Role::Metadata, &iam.metadata_role),
+    ] {
+        let account = match plan::iam::role_account(spec_role) {
+            Some(account) => account.to_owned(),
+            None => {
+                let arn = apply::iam::role_arn(&clients.iam, spec_role).await?;
+                apply::iam::account_of(&arn).ok_or_else(|| ApplyError::Aws {
+                    operation: "GetRole",
+                    resource: spec_role.clone(),
+                    detail: format!("the role's ARN {arn:?} names no account"),
+                })?
+            }
+        };
+        match role {
+            Role::Query => inputs.query_account = Some(account),
+            Role::Metadata => inputs.metadata_account = Some(account),
+        }
+    }
+    Ok(inputs)
+}
+
+/// What the tables step observed.
+struct TablesOutcome {
+    check: Check,
+    applied: Vec<apply::tables::AppliedTable>,
+    failure: Option<ApplyError>,
+    /// False for a local lake: no tables, so none in status.
+    has_tables: bool,
+}
+
+impl TablesOutcome {
+    fn status(&self) -> Option<TablesStatus> {
+        let table = |authority| {
+            self.applied
+                .iter()
+                .find(|t| t.authority == authority)
+                .map(|t| TableStatus {
+                    name: t.name.clone(),
+                    arn: t.arn.clone(),
+                    adopted: t.adopted,
+                })
+        };
+        (self.has_tables && !self.applied.is_empty()).then(|| TablesStatus {
+            registry: table(lake_common::schema::Authority::Registry),
+            manifest: table(lake_common::schema::Authority::Manifests),
+        })
+    }
+}
+
+async fn tables_step(
+    clients: Option<&crate::aws::AwsClients>,
+    tables: &[plan::DesiredTable],
+) -> TablesOutcome {
+    let Some(clients) = clients.filter(|_| !tables.is_empty()) else {
+        return TablesOutcome {
+            check: Check::ok(
+                TABLES_READY,
+                "Embedded",
+                "a local lake keeps its stores on disk",
+            ),
+            applied: Vec::new(),
+            failure: None,
+            has_tables: false,
+        };
+    };
+    let mut applied = Vec::new();
+    for table in tables {
+        match apply::tables::ensure(&clients.dynamodb, table).await {
+            Ok(t) => applied.push(t),
+            Err(e) => {
+                return TablesOutcome {
+                    check: Check::failed(TABLES_READY, e.reason(), e.to_string()),
+                    applied,
+                    failure: Some(e),
+                    has_tables: true,
+                };
+            }
+        }
+    }
+    let names: Vec<&str> = applied.iter().map(|t| t.name.as_str()).collect();
+    TablesOutcome {
+        check: Check::ok(
+            TABLES_READY,
+            "Ready",
+            format!("{} ready", names.join(" and ")),
+        ),
+        applied,
+        failure: None,
+        has_tables: true,
+    }
+}
+
+async fn policies_step(
+    validated: &ValidatedCluster,
+    clients: Option<&crate::aws::AwsClients>,
+    policies: &[plan::RolePolicy],
+) -> (Check, Option<ApplyError>) {
+    let (Some(iam), Some(clients)) = (&validated.iam, clients) else {
+        return (
+            Check::ok(
+                POLICIES_READY,
+                "NotConfigured",
+                "no spec.iam: no policies to manage",
+            ),
+            None,
+        );
+    };
+    if !iam.manage {
+        return (
+            Check::ok(
+                POLICIES_READY,
+                "NotManaged",
+                "spec.iam.manage is false: the policies are reported in status for someone else to attach",
+            ),
+            None,
+        );
+    }
+    for policy in policies {
+        if let Err(e) = apply::iam::ensure(&clients.iam, policy).await {
+            return (
+                Check::failed(POLICIES_READY, e.reason(), e.to_string()),
+                Some(e),
+            );
+        }
+    }
+    (
+        Check::ok(
+            POLICIES_READY,
+            "Applied",
+            "both inline policies are in place",
+        ),
+        None,
+    )
+}
+
+fn policies_status(policies: &[plan::RolePolicy]) -> Option<PoliciesStatus> {
+    let policy = |role| {
+        policies
+            .iter()
+            .find(|p| p.role == role)
+            .map(|p| PolicyStatus {
+                role: p.role_arn.clone(),
+                digest: p.digest.clone(),
+                trust_policy: Some(p.trust_policy.to_string()),
+            })
+    };
+    (!policies.is_empty()).then(|| PoliciesStatus {
+        query: policy(Role::Query),
+        metadata: policy(Role::Metadata),
+    })
+}
+
+struct WorkloadsOutcome {
+    check: Check,
+    failure: Option<ApplyError>,
+}
+
+impl WorkloadsOutcome {
+    fn waiting() -> Self {
+        Self {
+            check: Check::unknown(
+                WORKLOADS_READY,
+                "Waiting",
+                "waiting for tables and policies",
+            ),
+            failure: None,
+        }
+    }
+    fn failed(e: ApplyError) -> Self {
+        Self {
+            check: Check::failed(WORKLOADS_READY, e.reason(), e.to_string()),
+            failure: Some(e),
+        }
+    }
+}
+
+async fn workloads_step(
+    ctx: &Context,
+    validated: &ValidatedCluster,
+    objects: &[plan::Object],
+) -> WorkloadsOutcome {
+    match apply::workloads::ensure(&ctx.client, &validated.namespace, objects).await {
+        Err(e) => return WorkloadsOutcome::failed(e),
+        Ok(written) if !written.is_empty() => {
+            tracing::info!(cluster = %validated.name, ?written, "applied");
+        }
+        Ok(_) => {}
+    }
+    let mut notes = Vec::new();
+    let mut all_ready = true;
+    for role in [Role::Query, Role::Metadata] {
+        let name = workload_name(validated, role);
+        match apply::workloads::rollout(&ctx.client, &validated.namespace, &name).await {
+            Ok((ready, note)) => {
+                all_ready &= ready;
+                notes.push(note);
+            }
+            // Reported in status like every other failure (not an early return past it).
+            Err(e) => return WorkloadsOutcome::failed(e),
+        }
+    }
+    WorkloadsOutcome {
+        check: if all_ready {
+            Check::ok(WORKLOADS_READY, "Available", notes.join("; "))
+        } else {
+            Check::failed(WORKLOADS_READY, "RollingOut", notes.join("; "))
+        },
+        failure: None,
     }
 }
 
@@ -404,10 +540,52 @@ fn previous_checks(cluster: &LakeCluster) -> Vec<Check> {
         .collect()
 }
 
-struct StatusExtra<'a> {
-    validated: &'a ValidatedCluster,
-    tables: &'a [apply::tables::AppliedTable],
-    policies: &'a [plan::RolePolicy],
+/// What a pass learned besides its conditions. Whatever it did not learn is absent from the
+/// status it writes (the status is the truth of the last pass, not an accumulation).
+#[derive(Default)]
+struct Facts {
+    endpoints: Option<Endpoints>,
+    tables: Option<TablesStatus>,
+    policies: Option<PoliciesStatus>,
+}
+
+impl Facts {
+    /// The facts of the current status, kept as they are (paused: nothing was observed).
+    fn previous(cluster: &LakeCluster) -> Self {
+        let status = cluster.status.clone().unwrap_or_default();
+        Self {
+            endpoints: status.endpoints,
+            tables: status.tables,
+            policies: status.policies,
+        }
+    }
+}
+
+/// An RFC 7386 merge patch turning `old` into `new`: members `new` lacks become `null` (a merge
+/// patch of `new` alone would leave them in place).
+fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, v) in n {
+                match o.get(k) {
+                    Some(ov) if ov == v => {}
+                    Some(ov) => {
+                        patch.insert(k.clone(), merge_patch(ov, v));
+                    }
+                    None => {
+                        patch.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                patch.insert(k.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        (_, n) => n.clone(),
+    }
 }
 
 async fn write_status(
@@ -415,56 +593,20 @@ async fn write_status(
     cluster: &LakeCluster,
     checks: &[Check],
     generation: Option<i64>,
-    extra: Option<StatusExtra<'_>>,
+    facts: Facts,
 ) -> Result<(), ReconcileError> {
     let previous = cluster.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let conditions = status::conditions(&previous.conditions, checks, generation, &now);
-    let mut next = LakeClusterStatus {
+    let next = LakeClusterStatus {
         observed_generation: generation,
         conditions,
-        ..previous.clone()
+        endpoints: facts.endpoints,
+        tables: facts.tables,
+        policies: facts.policies,
+        // Not reconciled yet: kept as found.
+        migration: previous.migration.clone(),
     };
-    if let Some(extra) = extra {
-        next.endpoints = Some(Endpoints {
-            query: Some(endpoint(extra.validated, Role::Query)),
-            metadata: Some(endpoint(extra.validated, Role::Metadata)),
-        });
-        let table = |authority| {
-            extra
-                .tables
-                .iter()
-                .find(|t| t.authority == authority)
-                .map(|t| TableStatus {
-                    name: t.name.clone(),
-                    arn: t.arn.clone(),
-                    adopted: t.adopted,
-                })
-        };
-        if !extra.tables.is_empty() {
-            next.tables = Some(TablesStatus {
-                registry: table(lake_common::schema::Authority::Registry),
-                manifest: table(lake_common::schema::Authority::Manifests),
-            });
-        }
-        let policy = |role| {
-            extra
-                .policies
-                .iter()
-                .find(|p| p.role == role)
-                .map(|p| PolicyStatus {
-                    role: p.role_arn.clone(),
-                    digest: p.digest.clone(),
-                    trust_policy: Some(p.trust_policy.to_string()),
-                })
-        };
-        if !extra.policies.is_empty() {
-            next.policies = Some(PoliciesStatus {
-                query: policy(Role::Query),
-                metadata: policy(Role::Metadata),
-            });
-        }
-    }
     let events: Vec<Condition> = status::transitions(&previous.conditions, &next.conditions)
         .into_iter()
         .cloned()
@@ -472,41 +614,49 @@ async fn write_status(
     if next == previous {
         return Ok(());
     }
+    let to_json = |s: &LakeClusterStatus| serde_json::to_value(s).unwrap_or_default();
+    let patch = merge_patch(&to_json(&previous), &to_json(&next));
     api(ctx, cluster)
         .patch_status(
             &cluster.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(json!({ "status": next })),
+            &Patch::Merge(json!({ "status": patch })),
         )
         .await
         .map_err(kube_error("status patch", cluster))?;
-    let reference = cluster.object_ref(&());
     for condition in events {
-        let event = Event {
-            type_: if condition.status == "False" {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: condition.reason.clone(),
-            note: Some(
-                format!(
-                    "{} is {}: {}",
-                    condition.type_, condition.status, condition.message
-                )
-                .chars()
-                .take(1000)
-                .collect(),
-            ),
-            action: "Reconcile".into(),
-            secondary: None,
+        let type_ = if condition.status == "False" {
+            EventType::Warning
+        } else {
+            EventType::Normal
         };
-        // An event that cannot be published must not fail the reconcile.
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %e, "could not publish an event");
-        }
+        let note = format!(
+            "{} is {}: {}",
+            condition.type_, condition.status, condition.message
+        );
+        publish(ctx, cluster, type_, &condition.reason, note).await;
     }
     Ok(())
+}
+
+/// Publishes an Event on the LakeCluster; one that cannot be published never fails the pass.
+async fn publish(
+    ctx: &Context,
+    cluster: &LakeCluster,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+        tracing::warn!(error = %e, "could not publish an event");
+    }
 }
 
 async fn ensure_finalizer(ctx: &Context, cluster: &LakeCluster) -> Result<(), ReconcileError> {
@@ -532,22 +682,74 @@ async fn ensure_finalizer(ctx: &Context, cluster: &LakeCluster) -> Result<(), Re
     Ok(())
 }
 
-/// Deletion: remove the cluster's inline policies (when managed), delete the tables when the
-/// deletion policy says so, then release the finalizer. Kubernetes children go with their
-/// owner reference. Runs even when paused.
+/// Deletion: remove the cluster's inline policies (when managed), delete the tables that are
+/// this cluster's when the deletion policy says so, then release the finalizer. Kubernetes
+/// children go with their owner reference. Runs even when paused. An invalid spec keeps the
+/// finalizer and says why: cleanup never silently skips.
 async fn cleanup(cluster: &LakeCluster, ctx: &Context) -> Result<Action, ReconcileError> {
     if !cluster.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
-    if let Ok(validated) = validate::validate(cluster)
-        && let (Storage::S3(_), Some(aws)) =
-            (validated.authority.storage(), validated.authority.aws())
+    let validated = match validate::validate(cluster) {
+        Ok(v) => v,
+        Err(errors) => {
+            let message = format!(
+                "deletion is blocked: cleanup needs a valid spec to know which policies and \
+                 tables are this cluster's; fix the spec (it can still be edited), or remove the \
+                 finalizer {FINALIZER} by hand to leave every table and policy in place. {}",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            let checks = [
+                Check::failed(PLAN_VALID, "CleanupBlocked", message),
+                Check::unknown(TABLES_READY, "Deleting", "the LakeCluster is being deleted"),
+                Check::unknown(
+                    POLICIES_READY,
+                    "Deleting",
+                    "the LakeCluster is being deleted",
+                ),
+                Check::unknown(
+                    WORKLOADS_READY,
+                    "Deleting",
+                    "the LakeCluster is being deleted",
+                ),
+            ];
+            write_status(
+                ctx,
+                cluster,
+                &checks,
+                cluster.meta().generation,
+                Facts::previous(cluster),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
+    if let (Storage::S3(_), Some(aws)) = (validated.authority.storage(), validated.authority.aws())
     {
         let clients = ctx.aws.clients(&aws.region).await;
         if let Some(iam) = validated.iam.as_ref().filter(|i| i.manage) {
-            let policy_name = format!("lake-{}-{}", validated.namespace, validated.name);
-            for role in [&iam.query_role, &iam.metadata_role] {
-                match apply::iam::remove(&clients.iam, role, &policy_name).await {
+            // Only the policy this cluster wrote (by its name) comes off the roles, including
+            // roles recorded in status that the spec no longer names.
+            let name = plan::iam::policy_name(&validated.namespace, &validated.name);
+            let mut roles = vec![iam.query_role.clone(), iam.metadata_role.clone()];
+            if let Some(p) = cluster.status.as_ref().and_then(|s| s.policies.as_ref()) {
+                roles.extend(
+                    [&p.query, &p.metadata]
+                        .into_iter()
+                        .flatten()
+                        .map(|p| p.role.clone()),
+                );
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for role in roles {
+                if !seen.insert(plan::iam::role_name(&role).to_ascii_lowercase()) {
+                    continue;
+                }
+                match apply::iam::remove(&clients.iam, &role, &name).await {
                     Ok(()) | Err(ApplyError::RoleNotFound { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -555,7 +757,17 @@ async fn cleanup(cluster: &LakeCluster, ctx: &Context) -> Result<Action, Reconci
         }
         if validated.deletion_policy == crate::crd::DeletionPolicy::Delete {
             for table in plan::tables::tables(&validated) {
-                apply::tables::delete(&clients.dynamodb, &table.name).await?;
+                let outcome = apply::tables::delete_owned(
+                    &clients.dynamodb,
+                    &table,
+                    validated.delete_adopted_tables,
+                )
+                .await?;
+                if let apply::tables::TableDeletion::Kept { reason } = outcome {
+                    tracing::warn!(cluster = %validated.name, table = %table.name, %reason, "table kept");
+                    let note = format!("table {} was not deleted: {reason}", table.name);
+                    publish(ctx, cluster, EventType::Warning, "TableKept", note).await;
+                }
             }
         }
     }
@@ -574,4 +786,26 @@ async fn cleanup(cluster: &LakeCluster, ctx: &Context) -> Result<Action, Reconci
         .await
         .map_err(kube_error("finalizer removal", cluster))?;
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_patch;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patches_remove_what_the_new_status_lacks() {
+        let old = json!({"tables": {"registry": {"name": "r"}}, "policies": {"query": {}},
+                         "conditions": [1, 2], "endpoints": {"query": "q"}});
+        let new = json!({"conditions": [1], "endpoints": {"query": "q"}});
+        assert_eq!(
+            merge_patch(&old, &new),
+            json!({"tables": null, "policies": null, "conditions": [1]})
+        );
+        let nested = merge_patch(
+            &json!({"tables": {"registry": {"name": "r"}, "manifest": {"name": "m"}}}),
+            &json!({"tables": {"registry": {"name": "r"}}}),
+        );
+        assert_eq!(nested, json!({"tables": {"manifest": null}}));
+    }
 }

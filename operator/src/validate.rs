@@ -27,6 +27,9 @@ pub struct ValidatedCluster {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub migration: Option<Migration>,
     pub deletion_policy: DeletionPolicy,
+    /// `spec.tables.deleteAdopted`: deletion also removes tables this cluster adopted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub delete_adopted_tables: bool,
     pub paused: bool,
 }
 
@@ -71,6 +74,11 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
     let spec = &cluster.spec;
     let mut errors = Vec::new();
     let name = cluster.metadata.name.clone().unwrap_or_default();
+    let namespace = cluster
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
 
     let storage = match (&spec.storage.s3, &spec.storage.local) {
         (Some(s3), None) => Some(StorageRequest::S3 {
@@ -100,7 +108,13 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
 
     let authority = storage.and_then(|storage| {
         let request = AuthorityRequest {
-            cluster_name: name.clone(),
+            // Default table names carry the namespace: two clusters of one name in two
+            // namespaces must not default to the same tables.
+            cluster_name: if name.is_empty() {
+                String::new()
+            } else {
+                format!("{namespace}-{name}")
+            },
             storage,
             registry_table: spec.tables.registry.clone(),
             manifest_table: spec.tables.manifest.clone(),
@@ -142,12 +156,19 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
                 });
             }
         }
-        if !iam.query_role.is_empty() && iam.query_role == iam.metadata_role {
+        // IAM role names are case-insensitive, and a role may be given by name or by ARN.
+        let same_role = crate::plan::iam::role_name(&iam.query_role)
+            .eq_ignore_ascii_case(crate::plan::iam::role_name(&iam.metadata_role));
+        if !iam.query_role.trim().is_empty() && same_role {
             errors.push(PlanError::InvalidField {
                 field: "spec.iam.queryRole".into(),
                 value: iam.query_role.clone(),
-                reason: "is also spec.iam.metadataRole; query must run as its own read-only role"
-                    .into(),
+                reason: format!(
+                    "names the same IAM role as spec.iam.metadataRole ({:?}; role names are \
+                     case-insensitive, given by name or ARN); query must run as its own \
+                     read-only role",
+                    iam.metadata_role
+                ),
             });
         }
     }
@@ -155,11 +176,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
     match authority {
         Some(authority) if errors.is_empty() => Ok(ValidatedCluster {
             name,
-            namespace: cluster
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
+            namespace,
             uid: cluster.metadata.uid.clone(),
             authority,
             query: QueryWorkload {
@@ -193,8 +210,72 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
                 approval: m.approval,
             }),
             deletion_policy: spec.deletion_policy,
+            delete_adopted_tables: spec.tables.delete_adopted,
             paused: spec.paused,
         }),
         _ => Err(PlanErrors(errors)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(namespace: &str, query_role: &str, metadata_role: &str) -> LakeCluster {
+        serde_yaml::from_str(&format!(
+            r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: analytics, namespace: {namespace}}}
+spec:
+  storage: {{s3: {{bucket: acme-lake, prefix: wh, region: eu-west-1}}}}
+  iam: {{queryRole: "{query_role}", metadataRole: "{metadata_role}"}}
+  query: {{image: lake:1}}
+  metadata: {{image: lake:1}}
+"#
+        ))
+        .unwrap()
+    }
+
+    fn tables(c: &ValidatedCluster) -> (String, String) {
+        match (c.authority.registry(), c.authority.manifests()) {
+            (
+                lake_common::plan::RegistryStore::DynamoDb { table: r },
+                lake_common::plan::ManifestStore::DynamoDb { table: m },
+            ) => (r.to_string(), m.to_string()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn same_name_in_two_namespaces_defaults_to_different_tables() {
+        let a = validate(&cluster("team-a", "q", "m")).unwrap();
+        let b = validate(&cluster("team-b", "q", "m")).unwrap();
+        assert_eq!(
+            tables(&a),
+            (
+                "team-a-analytics-registry".into(),
+                "team-a-analytics-manifests".into()
+            )
+        );
+        assert_ne!(tables(&a), tables(&b));
+    }
+
+    #[test]
+    fn one_role_by_name_arn_or_case_is_refused() {
+        for (q, m) in [
+            ("lake", "lake"),
+            ("lake", "arn:aws:iam::123456789012:role/lake"),
+            ("arn:aws:iam::123456789012:role/team/Lake", "LAKE"),
+        ] {
+            let errors = validate(&cluster("data", q, m)).unwrap_err();
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.to_string().contains("spec.iam.queryRole")),
+                "{q} / {m}: {errors:?}"
+            );
+        }
+        assert!(validate(&cluster("data", "lake-query", "lake-metadata")).is_ok());
     }
 }

@@ -148,6 +148,19 @@ fn check_bucket(field: &str, bucket: &str, errors: &mut Vec<PlanError>) {
 /// Returns the prefix without surrounding slashes.
 fn check_prefix(field: &str, prefix: &str, errors: &mut Vec<PlanError>) -> String {
     let trimmed = prefix.trim_matches('/');
+    // The prefix becomes part of IAM resource ARNs and condition values, where `*` and `?` are
+    // wildcards and `${…}` a policy variable: `*` would grant every prefix of the bucket.
+    if let Some(c) = trimmed
+        .chars()
+        .find(|c| matches!(c, '*' | '?' | '$' | '{' | '}') || c.is_control())
+    {
+        errors.push(invalid(
+            field,
+            prefix,
+            &format!("must not contain {c:?}: IAM would read it as a wildcard or policy variable"),
+        ));
+        return trimmed.to_owned();
+    }
     if !trimmed.is_empty()
         && trimmed
             .split('/')
@@ -264,6 +277,18 @@ mod tests {
             )),
             ["prefix"]
         );
+    }
+
+    #[test]
+    fn prefixes_with_iam_wildcards_or_variables_are_refused() {
+        for prefix in ["*", "wh/*", "wh?", "${aws:username}", "wh/{x}", "a\nb"] {
+            assert_eq!(
+                fields_in_error(&s3("acme", prefix, "us-east-1", None)),
+                ["prefix"],
+                "{prefix:?}"
+            );
+        }
+        assert!(fields_in_error(&s3("acme", "team-a/wh_1.x", "us-east-1", None)).is_empty());
     }
 
     #[test]

@@ -30,6 +30,16 @@ pub enum ApplyError {
         resource: String,
         detail: String,
     },
+    /// A planned object still holds a placeholder for something only AWS could tell (a role's
+    /// account, the cluster uid): it is never applied. Retried.
+    #[error(
+        "{kind}/{name} would carry the placeholder {placeholder:?}; nothing was applied (the value it stands for could not be looked up)"
+    )]
+    Unresolved {
+        kind: String,
+        name: String,
+        placeholder: &'static str,
+    },
     #[error("Kubernetes {operation} {kind}/{name}: {source}")]
     Kube {
         operation: &'static str,
@@ -57,6 +67,7 @@ impl ApplyError {
             ApplyError::RoleNotFound { .. } => "RoleNotFound",
             ApplyError::NotActive { .. } => "TableNotActive",
             ApplyError::Aws { .. } => "AwsError",
+            ApplyError::Unresolved { .. } => "Unresolved",
             ApplyError::Kube { .. } => "KubernetesError",
         }
     }

@@ -285,22 +285,20 @@ pub async fn ensure(client: &Client, desired: &DesiredTable) -> Result<AppliedTa
     }
     let mut adopted = !created_now;
     if let Some(arn) = &arn {
-        let tags = client
-            .list_tags_of_resource()
-            .resource_arn(arn)
-            .send()
-            .await
-            .map_err(|e| aws("ListTagsOfResource", name, e))?;
-        let existing: HashMap<&str, &str> =
-            tags.tags().iter().map(|t| (t.key(), t.value())).collect();
-        // Tagged with this cluster's uid: created by it earlier, not adopted.
-        if existing.get(uid_tag).copied() == desired.tags.get(uid_tag).map(String::as_str) {
+        let existing = tags_of(client, name, arn).await?;
+        let uid = desired.tags.get(uid_tag).map(String::as_str);
+        // Tagged with this cluster's uid at creation: created by it earlier, not adopted.
+        if existing.get(uid_tag).map(String::as_str) == uid {
             adopted = false;
         }
-        let missing = desired
-            .tags
+        // An adopted table is tagged as adopted, never as created: deletion tells them apart.
+        let mut wanted = desired.tags.clone();
+        if adopted && let Some(uid) = wanted.remove(uid_tag) {
+            wanted.insert(crate::plan::tables::TAG_ADOPTED_BY_UID.to_owned(), uid);
+        }
+        let missing = wanted
             .iter()
-            .filter(|(k, v)| existing.get(k.as_str()) != Some(&v.as_str()))
+            .filter(|(k, v)| existing.get(k.as_str()) != Some(*v))
             .map(|(k, v)| Tag::builder().key(k).value(v).build())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ApplyError::Aws {
@@ -347,9 +345,99 @@ pub async fn ensure(client: &Client, desired: &DesiredTable) -> Result<AppliedTa
     })
 }
 
-/// Removes a table (deletion policy `Delete`): protection off, then delete. A missing table is
-/// fine (deleted already).
-pub async fn delete(client: &Client, name: &str) -> Result<(), ApplyError> {
+async fn tags_of(
+    client: &Client,
+    name: &str,
+    arn: &str,
+) -> Result<HashMap<String, String>, ApplyError> {
+    let tags = client
+        .list_tags_of_resource()
+        .resource_arn(arn)
+        .send()
+        .await
+        .map_err(|e| aws("ListTagsOfResource", name, e))?;
+    Ok(tags
+        .tags()
+        .iter()
+        .map(|t| (t.key().to_owned(), t.value().to_owned()))
+        .collect())
+}
+
+/// What deletion did with one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableDeletion {
+    Deleted,
+    /// Not there (deleted already, or never created).
+    Absent,
+    /// Left in place, and why: it is not this cluster's to delete.
+    Kept {
+        reason: String,
+    },
+}
+
+/// Deletion policy `Delete`: deletes `desired`'s table only if it is this cluster's — its
+/// marker names this cluster's uid, and this cluster created it (or adopted it and
+/// `delete_adopted` says so). Anything else is left untouched: not even its deletion
+/// protection is changed.
+pub async fn delete_owned(
+    client: &Client,
+    desired: &DesiredTable,
+    delete_adopted: bool,
+) -> Result<TableDeletion, ApplyError> {
+    let name = desired.name.as_str();
+    let table = match client.describe_table().table_name(name).send().await {
+        Ok(out) => out.table,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            None
+        }
+        Err(e) => return Err(aws("DescribeTable", name, e)),
+    };
+    let Some(table) = table else {
+        return Ok(TableDeletion::Absent);
+    };
+    let kept = |reason: String| Ok(TableDeletion::Kept { reason });
+    if !schema_matches(
+        desired.key_schema,
+        table.key_schema(),
+        table.attribute_definitions(),
+    ) {
+        return kept(format!(
+            "its key schema is not a lake {} table's",
+            desired.authority
+        ));
+    }
+    match read_marker(client, name, desired.authority).await? {
+        None => return kept("it holds no lake marker".into()),
+        Some(found) if found != desired.marker => {
+            return kept(format!(
+                "its marker names cluster {:?} ({}), not this one",
+                found.cluster, found.format
+            ));
+        }
+        Some(_) => {}
+    }
+    let uid_tag = crate::plan::tables::TAG_CLUSTER_UID;
+    let created = match table.table_arn() {
+        Some(arn) => tags_of(client, name, arn).await?.get(uid_tag) == desired.tags.get(uid_tag),
+        None => false,
+    };
+    if !created && !delete_adopted {
+        return kept(
+            "this cluster adopted it (it existed before); set spec.tables.deleteAdopted: true \
+             to delete adopted tables too"
+                .into(),
+        );
+    }
+    delete(client, name).await?;
+    Ok(TableDeletion::Deleted)
+}
+
+/// Protection off, then delete. A missing table is fine (deleted already). Only for a table
+/// [`delete_owned`] has checked.
+async fn delete(client: &Client, name: &str) -> Result<(), ApplyError> {
     match client
         .update_table()
         .table_name(name)

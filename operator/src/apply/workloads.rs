@@ -61,12 +61,35 @@ where
     Ok(true)
 }
 
-/// Applies what differs; returns `kind/name` of every object written.
+/// Placeholders the offline plan uses for what only reconcile can look up.
+const PLACEHOLDERS: [&str; 2] = [
+    crate::plan::iam::UNKNOWN_ACCOUNT,
+    crate::plan::tables::UNKNOWN_UID,
+];
+
+/// Refuses the whole set if any object holds a placeholder: nothing partial reaches the API.
+pub fn check_resolved(objects: &[Object]) -> Result<(), ApplyError> {
+    for object in objects {
+        let text = serde_json::to_string(object).unwrap_or_default();
+        if let Some(placeholder) = PLACEHOLDERS.into_iter().find(|p| text.contains(p)) {
+            return Err(ApplyError::Unresolved {
+                kind: object.kind().to_owned(),
+                name: object.name().to_owned(),
+                placeholder,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Applies what differs; returns `kind/name` of every object written. Writes nothing if any
+/// object is unresolved.
 pub async fn ensure(
     client: &Client,
     namespace: &str,
     objects: &[Object],
 ) -> Result<Vec<String>, ApplyError> {
+    check_resolved(objects)?;
     let mut written = Vec::new();
     for object in objects {
         let changed = match object {

@@ -49,7 +49,8 @@ use super::status::LakeClusterStatus;
 pub struct LakeClusterSpec {
     /// Where data and the managed stage live: exactly one of `s3` or `local`.
     pub storage: StorageSpec,
-    /// DynamoDB table names; each defaults to `<name>-registry` / `<name>-manifests`.
+    /// DynamoDB table names; each defaults to `<namespace>-<name>-registry` /
+    /// `<namespace>-<name>-manifests`.
     #[serde(default, skip_serializing_if = "TablesSpec::is_empty")]
     pub tables: TablesSpec,
     /// The IAM roles the query and metadata workloads run as.
@@ -102,6 +103,7 @@ pub struct LocalStorageSpec {
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(validation = Rule::new("!has(self.registry) || !has(self.manifest) || self.registry != self.manifest")
     .message("spec.tables.registry and spec.tables.manifest must name different tables"))]
+#[serde(rename_all = "camelCase")]
 pub struct TablesSpec {
     /// The catalog registry table (metadata only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,11 +115,16 @@ pub struct TablesSpec {
     #[schemars(length(min = 3, max = 255), regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.tables.manifest is immutable once set"))]
     pub manifest: Option<String>,
+    /// With `deletionPolicy: Delete`, also delete tables this cluster adopted (that existed
+    /// before it). Off by default: only tables the cluster created are deleted. Tables whose
+    /// marker names another cluster are never deleted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_adopted: bool,
 }
 
 impl TablesSpec {
     fn is_empty(&self) -> bool {
-        self.registry.is_none() && self.manifest.is_none()
+        self.registry.is_none() && self.manifest.is_none() && !self.delete_adopted
     }
 }
 

@@ -217,6 +217,25 @@ pub fn digest(document: &Value) -> String {
     hash.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// IAM's limit on an inline policy name.
+const POLICY_NAME_MAX: usize = 128;
+
+/// The name of a cluster's inline policy on its roles: one per cluster, so a role can serve
+/// several. Injective: a namespace is a DNS label (no `.`), so `lake.<namespace>.<name>` splits
+/// at its second `.` (`lake-a-b`/`c` and `lake-a`/`b-c` used to collide). A name too long for
+/// IAM keeps a readable head and ends in `@` and a digest of the whole (`@` appears in no
+/// Kubernetes name, so it cannot collide with an untruncated one).
+pub fn policy_name(namespace: &str, name: &str) -> String {
+    let full = format!("lake.{namespace}.{name}");
+    if full.len() <= POLICY_NAME_MAX {
+        return full;
+    }
+    let hash = Sha256::digest(full.as_bytes());
+    let hex: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    // ASCII only (Kubernetes names are), so any byte index is a char boundary.
+    format!("{}@{hex}", &full[..POLICY_NAME_MAX - 1 - hex.len()])
+}
+
 /// The ServiceAccount name of a role's workload.
 pub fn service_account(cluster: &ValidatedCluster, role: Role) -> String {
     format!("{}-{role}", cluster.name)
@@ -256,7 +275,7 @@ pub fn policies(cluster: &ValidatedCluster, inputs: &IamInputs) -> Vec<RolePolic
         &metadata_account,
         registry.as_str(),
     ));
-    let policy_name = format!("lake-{}-{}", cluster.namespace, cluster.name);
+    let policy_name = policy_name(&cluster.namespace, &cluster.name);
     let build = |role: Role, spec_role: &str, account: &str, document: Value| RolePolicy {
         role,
         role_name: role_name(spec_role).to_owned(),
@@ -348,6 +367,20 @@ mod tests {
         let mut c = a.clone();
         c["Statement"][0]["Action"] = json!(["dynamodb:GetItem"]);
         assert!(!same_policy(&a, &c));
+    }
+
+    #[test]
+    fn policy_names_never_collide() {
+        assert_ne!(policy_name("a-b", "c"), policy_name("a", "b-c"));
+        assert_eq!(policy_name("data", "analytics"), "lake.data.analytics");
+        let long = "n".repeat(253);
+        let a = policy_name("data", &long);
+        let b = policy_name("data", &format!("{}m", "n".repeat(252)));
+        assert!(a.len() <= 128 && b.len() <= 128, "{a}");
+        assert_ne!(a, b);
+        assert!(a.contains('@'));
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c);
+        assert!(a.chars().all(allowed), "{a}");
     }
 
     #[test]

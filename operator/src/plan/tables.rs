@@ -30,7 +30,11 @@ pub struct DesiredTable {
 
 /// Tag keys the operator sets on what it creates.
 pub const TAG_CLUSTER: &str = "lake.dev/cluster";
+/// Set at creation only: the uid of the cluster that created the table (deletion may delete it).
 pub const TAG_CLUSTER_UID: &str = "lake.dev/cluster-uid";
+/// Set when an existing table is adopted, instead of [`TAG_CLUSTER_UID`]: deletion leaves it
+/// unless the spec opts in (`spec.tables.deleteAdopted`).
+pub const TAG_ADOPTED_BY_UID: &str = "lake.dev/adopted-by-uid";
 pub const TAG_AUTHORITY: &str = "lake.dev/authority";
 pub const TAG_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGER: &str = "lake-operator";

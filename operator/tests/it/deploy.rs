@@ -120,3 +120,24 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
         "config/rbac/role.yaml must grant exactly what the operator uses"
     );
 }
+
+#[test]
+fn the_shipped_allowlist_parses_and_the_operator_reads_it() {
+    let root = workspace_root();
+    let config: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("config/manager/allowlist.yaml")).unwrap(),
+    )
+    .unwrap();
+    let text = config["data"]["allowlist.yaml"].as_str().unwrap();
+    let allowlist = lake_operator::allowlist::Allowlist::parse(text, "config/manager").unwrap();
+    assert!(
+        allowlist.namespaces.is_empty(),
+        "the shipped allowlist grants nothing until an administrator edits it"
+    );
+    let manager = std::fs::read_to_string(root.join("config/manager/manager.yaml")).unwrap();
+    assert!(
+        manager.contains("/etc/lake-operator/allowlist.yaml")
+            && manager.contains("name: lake-operator-allowlist"),
+        "the Deployment mounts the allowlist and passes it: {manager}"
+    );
+}

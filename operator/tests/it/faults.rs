@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::operation::describe_continuous_backups::DescribeContinuousBackupsInput;
 use kube::api::Api;
 use kube_fake_client::ClientBuilder;
+use lake_operator::allowlist::Allowlist;
 use lake_operator::aws::{AwsPool, AwsSettings};
 use lake_operator::crd::LakeCluster;
 use lake_operator::metrics::Metrics;
@@ -121,7 +122,13 @@ spec:
         interceptors: vec![SharedInterceptor::new(cut)],
         max_attempts: Some(2),
     });
-    let ctx = Context::new(client.clone(), aws, None, Arc::new(Metrics::default()));
+    let ctx = Context::new(
+        client.clone(),
+        aws,
+        None,
+        Arc::new(Metrics::default()),
+        Allowlist::default(),
+    );
     let clusters: Api<LakeCluster> = Api::namespaced(client, "data");
     let condition = |cluster: &LakeCluster, type_: &str| {
         cluster
@@ -163,8 +170,8 @@ spec:
         let ddb = ddb.clone();
         async move { ddb.describe_table().table_name(table).send().await.is_ok() }
     };
-    assert!(exists(format!("{name}-registry")).await);
-    assert!(!exists(format!("{name}-manifests")).await);
+    assert!(exists(format!("data-{name}-registry")).await);
+    assert!(!exists(format!("data-{name}-manifests")).await);
 
     // AWS is back: the next pass picks up where the last one stopped.
     proxy.set(true);
@@ -175,7 +182,10 @@ spec:
     let status = clusters.get(&name).await.unwrap();
     assert_eq!(condition(&status, "TablesReady").status, "True");
     assert_eq!(condition(&status, "WorkloadsReady").reason, "RollingOut");
-    for table in [format!("{name}-registry"), format!("{name}-manifests")] {
+    for table in [
+        format!("data-{name}-registry"),
+        format!("data-{name}-manifests"),
+    ] {
         let pitr = ddb
             .describe_continuous_backups()
             .table_name(&table)

@@ -41,14 +41,23 @@ fn policies_grant_least_privilege_in_the_iam_simulator() {
             .clone()
     };
     let table = |name: &str| format!("arn:aws:dynamodb:eu-west-1:{ACCOUNT}:table/{name}");
+    // The defaults the plan derived (`<namespace>-<name>-…`), not names assumed here.
+    let table_name = |authority| {
+        plan.tables
+            .iter()
+            .find(|t| t.authority == authority)
+            .unwrap()
+            .name
+            .clone()
+    };
     let input = serde_json::json!({
         "account": ACCOUNT,
         "queryRole": format!("arn:aws:iam::{ACCOUNT}:role/lake-query"),
         "metadataRole": format!("arn:aws:iam::{ACCOUNT}:role/lake-metadata"),
         "query": doc("query"),
         "metadata": doc("metadata"),
-        "registry": table("analytics-registry"),
-        "manifest": table("analytics-manifests"),
+        "registry": table(&table_name(lake_common::schema::Authority::Registry)),
+        "manifest": table(&table_name(lake_common::schema::Authority::Manifests)),
         "other": table("someone-elses-table"),
         "bucket": "acme-lake",
         "prefix": "analytics",
@@ -83,17 +92,21 @@ fn policies_grant_least_privilege_in_the_iam_simulator() {
         "the matrix is smaller than expected: {summary}"
     );
     // The decisions the issue names, spelled out.
+    let (registry, manifests) = (
+        table_name(lake_common::schema::Authority::Registry),
+        table_name(lake_common::schema::Authority::Manifests),
+    );
     for line in [
-        "ok query allowed dynamodb:GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-manifests",
-        "ok query allowed dynamodb:Query arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-manifests",
-        "ok query denied dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-manifests",
-        "ok query denied dynamodb:GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-registry",
-        "ok metadata allowed dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/analytics-registry",
-        "ok metadata denied dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/someone-elses-table",
-        "ok query denied s3:PutObject arn:aws:s3:::acme-lake/analytics/_stage/in/a.csv",
-        "ok metadata denied s3:GetObject arn:aws:s3:::acme-lake/other-prefix/x",
+        format!("ok query allowed dynamodb:GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/{manifests}"),
+        format!("ok query allowed dynamodb:Query arn:aws:dynamodb:eu-west-1:123456789012:table/{manifests}"),
+        format!("ok query denied dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/{manifests}"),
+        format!("ok query denied dynamodb:GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/{registry}"),
+        format!("ok metadata allowed dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/{registry}"),
+        "ok metadata denied dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/someone-elses-table".to_owned(),
+        "ok query denied s3:PutObject arn:aws:s3:::acme-lake/analytics/_stage/in/a.csv".to_owned(),
+        "ok metadata denied s3:GetObject arn:aws:s3:::acme-lake/other-prefix/x".to_owned(),
     ] {
-        assert!(stdout.contains(line), "missing decision: {line}\n{stdout}");
+        assert!(stdout.contains(&line), "missing decision: {line}\n{stdout}");
     }
 }
 

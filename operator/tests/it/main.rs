@@ -8,3 +8,4 @@ mod faults;
 mod iam;
 mod reconcile;
 mod render;
+mod safety;

@@ -12,6 +12,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube_fake_client::ClientBuilder;
+use lake_operator::allowlist::Allowlist;
 use lake_operator::aws::{AwsPool, AwsSettings};
 use lake_operator::crd::LakeCluster;
 use lake_operator::metrics::Metrics;
@@ -20,16 +21,16 @@ use lake_operator::reconcile::{Context, FINALIZER, reconcile};
 use lake_testkit::{AwsRequest, Moto, moto, requests_signed_by, unique};
 use serde_json::json;
 
-const NS: &str = "data";
-const OIDC: &str = "oidc.eks.eu-west-1.amazonaws.com/id/TEST";
+pub(super) const NS: &str = "data";
+pub(super) const OIDC: &str = "oidc.eks.eu-west-1.amazonaws.com/id/TEST";
 
 /// A cluster, its operator context, and the access key its AWS calls are signed with.
-struct Harness {
-    name: String,
-    key: String,
-    client: kube::Client,
-    ctx: Arc<Context>,
-    clusters: Api<LakeCluster>,
+pub(super) struct Harness {
+    pub(super) name: String,
+    pub(super) key: String,
+    pub(super) client: kube::Client,
+    pub(super) ctx: Arc<Context>,
+    pub(super) clusters: Api<LakeCluster>,
 }
 
 fn admin_sdk() -> aws_config::ConfigLoader {
@@ -39,15 +40,15 @@ fn admin_sdk() -> aws_config::ConfigLoader {
         .credentials_provider(Credentials::new("admin", "testing", None, None, "tests"))
 }
 
-async fn iam() -> aws_sdk_iam::Client {
+pub(super) async fn iam() -> aws_sdk_iam::Client {
     aws_sdk_iam::Client::new(&admin_sdk().load().await)
 }
 
-async fn dynamodb() -> aws_sdk_dynamodb::Client {
+pub(super) async fn dynamodb() -> aws_sdk_dynamodb::Client {
     aws_sdk_dynamodb::Client::new(&admin_sdk().load().await)
 }
 
-async fn create_role(name: &str) {
+pub(super) async fn create_role(name: &str) {
     let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
         "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]});
     iam()
@@ -61,12 +62,12 @@ async fn create_role(name: &str) {
 }
 
 /// The query and metadata roles `cluster_yaml(name, …)` names.
-async fn create_roles(name: &str) {
+pub(super) async fn create_roles(name: &str) {
     create_role(&format!("{name}-query-role")).await;
     create_role(&format!("{name}-metadata-role")).await;
 }
 
-fn cluster_yaml(name: &str, spec_extra: &str) -> LakeCluster {
+pub(super) fn cluster_yaml(name: &str, spec_extra: &str) -> LakeCluster {
     let yaml = format!(
         r#"
 apiVersion: lake.dev/v1alpha1
@@ -97,7 +98,7 @@ spec:
 }
 
 /// The operator's AWS clients on the emulator, signing with `key`.
-fn pool(key: &str) -> Arc<AwsPool> {
+pub(super) fn pool(key: &str) -> Arc<AwsPool> {
     AwsPool::new(AwsSettings {
         endpoint: Some(moto().endpoint().to_owned()),
         credentials: Some(Credentials::new(key, "testing", None, None, "operator")),
@@ -106,7 +107,20 @@ fn pool(key: &str) -> Arc<AwsPool> {
     })
 }
 
-async fn harness(cluster: LakeCluster) -> Harness {
+/// What the tests' operator allows namespace `data`: the roles and buckets `cluster_yaml` names.
+pub(super) fn test_allowlist() -> Allowlist {
+    Allowlist::parse(
+        "namespaces:\n  data:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{bucket: \"*-bucket\"}]\n",
+        "tests",
+    )
+    .unwrap()
+}
+
+pub(super) async fn harness(cluster: LakeCluster) -> Harness {
+    harness_with(cluster, test_allowlist()).await
+}
+
+pub(super) async fn harness_with(cluster: LakeCluster, allowlist: Allowlist) -> Harness {
     let name = cluster.metadata.name.clone().unwrap();
     let key = unique("OPKEY").to_uppercase().replace('-', "");
     let client = ClientBuilder::new()
@@ -123,6 +137,7 @@ async fn harness(cluster: LakeCluster) -> Harness {
         aws,
         Some(OIDC.to_owned()),
         Arc::new(Metrics::default()),
+        allowlist,
     );
     Harness {
         clusters: Api::namespaced(client.clone(), NS),
@@ -134,18 +149,18 @@ async fn harness(cluster: LakeCluster) -> Harness {
 }
 
 impl Harness {
-    async fn reconcile(&self) -> Action {
+    pub(super) async fn reconcile(&self) -> Action {
         let cluster = self.clusters.get(&self.name).await.unwrap();
         reconcile(Arc::new(cluster), self.ctx.clone())
             .await
             .unwrap_or_else(|e| panic!("reconcile failed: {e}"))
     }
 
-    async fn cluster(&self) -> LakeCluster {
+    pub(super) async fn cluster(&self) -> LakeCluster {
         self.clusters.get(&self.name).await.unwrap()
     }
 
-    async fn condition(&self, type_: &str) -> (String, String, String) {
+    pub(super) async fn condition(&self, type_: &str) -> (String, String, String) {
         let cluster = self.cluster().await;
         let c = cluster
             .status
@@ -158,7 +173,7 @@ impl Harness {
     }
 
     /// Plays the Deployment controller: every Deployment of the namespace is rolled out.
-    async fn roll_out(&self) {
+    pub(super) async fn roll_out(&self) {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), NS);
         for d in api.list(&ListParams::default()).await.unwrap() {
             let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
@@ -178,7 +193,7 @@ impl Harness {
     }
 
     /// resourceVersion of every object the operator owns, and of the LakeCluster.
-    async fn versions(&self) -> BTreeMap<String, String> {
+    pub(super) async fn versions(&self) -> BTreeMap<String, String> {
         let mut versions = BTreeMap::new();
         macro_rules! collect {
             ($kind:ty, $label:expr) => {
@@ -200,7 +215,7 @@ impl Harness {
         versions
     }
 
-    async fn deployment(&self, role: &str) -> Deployment {
+    pub(super) async fn deployment(&self, role: &str) -> Deployment {
         Api::<Deployment>::namespaced(self.client.clone(), NS)
             .get(&format!("{}-{role}", self.name))
             .await
@@ -211,7 +226,7 @@ impl Harness {
     /// `deletionTimestamp` set, the object still there. kube-fake-client neither sets that on
     /// delete nor allows a patch to, so the state is loaded into a fresh fake API server, with
     /// a context on it that shares this harness's AWS settings.
-    async fn deleting(&self) -> Harness {
+    pub(super) async fn deleting(&self) -> Harness {
         let mut cluster = self.cluster().await;
         cluster.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -225,11 +240,12 @@ impl Harness {
             pool(&self.key),
             None,
             Arc::new(Metrics::default()),
+            test_allowlist(),
         );
         view
     }
 
-    async fn patch_spec(&self, spec: serde_json::Value) {
+    pub(super) async fn patch_spec(&self, spec: serde_json::Value) {
         self.clusters
             .patch(
                 &self.name,
@@ -242,7 +258,10 @@ impl Harness {
 }
 
 /// The objects whose resourceVersion differs between two `Harness::versions` snapshots.
-fn changed(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> Vec<String> {
+pub(super) fn changed(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> Vec<String> {
     after
         .iter()
         .filter(|(k, v)| before.get(*k) != Some(v))
@@ -250,7 +269,7 @@ fn changed(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) 
         .collect()
 }
 
-fn writes(requests: &[AwsRequest]) -> Vec<&AwsRequest> {
+pub(super) fn writes(requests: &[AwsRequest]) -> Vec<&AwsRequest> {
     requests.iter().filter(|r| !r.is_read()).collect()
 }
 
@@ -302,9 +321,14 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
     // The tables: key schemas, on-demand, PITR, deletion protection, tags, markers.
     let ddb = dynamodb().await;
     for (table, hash, range, format) in [
-        (format!("{name}-registry"), "pk", "sk", "lake-registry/v1"),
         (
-            format!("{name}-manifests"),
+            format!("{NS}-{name}-registry"),
+            "pk",
+            "sk",
+            "lake-registry/v1",
+        ),
+        (
+            format!("{NS}-{name}-manifests"),
             "base_uri",
             "version",
             "lake-manifests/v2",
@@ -385,7 +409,7 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
         let doc = iam
             .get_role_policy()
             .role_name(format!("{name}-{role}-role"))
-            .policy_name(format!("lake-{NS}-{name}"))
+            .policy_name(format!("lake.{NS}.{name}"))
             .send()
             .await
             .unwrap();
@@ -449,7 +473,7 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
             .unwrap()
             .arn
             .unwrap()
-            .ends_with(&format!("table/{name}-manifests"))
+            .ends_with(&format!("table/{NS}-{name}-manifests"))
     );
     assert!(!tables.registry.unwrap().adopted);
     let policies = status.policies.unwrap();
@@ -600,7 +624,7 @@ async fn a_table_with_the_wrong_key_schema_is_a_terminal_condition_and_left_alon
     let name = unique("adopt");
     create_roles(&name).await;
     let ddb = dynamodb().await;
-    let registry = format!("{name}-registry");
+    let registry = format!("{NS}-{name}-registry");
     ddb.create_table()
         .table_name(&registry)
         .key_schema(
@@ -717,7 +741,10 @@ async fn paused_stops_mutation_but_not_deletion() {
         "the finalizer was released"
     );
     let ddb = dynamodb().await;
-    for table in [format!("{name}-registry"), format!("{name}-manifests")] {
+    for table in [
+        format!("{NS}-{name}-registry"),
+        format!("{NS}-{name}-manifests"),
+    ] {
         assert!(
             ddb.describe_table()
                 .table_name(&table)
@@ -731,7 +758,7 @@ async fn paused_stops_mutation_but_not_deletion() {
         .await
         .get_role_policy()
         .role_name(format!("{name}-query-role"))
-        .policy_name(format!("lake-{NS}-{name}"))
+        .policy_name(format!("lake.{NS}.{name}"))
         .send()
         .await;
     assert!(policy.is_err(), "the inline policy is still on the role");
@@ -751,14 +778,14 @@ async fn retained_tables_survive_deletion() {
     let ddb = dynamodb().await;
     let t = ddb
         .describe_table()
-        .table_name(format!("{name}-manifests"))
+        .table_name(format!("{NS}-{name}-manifests"))
         .send()
         .await
         .unwrap();
     assert_eq!(t.table.unwrap().deletion_protection_enabled(), Some(true));
 }
 
-async fn create_lake_table(
+pub(super) async fn create_lake_table(
     table: &str,
     hash: &str,
     range: (&str, aws_sdk_dynamodb::types::ScalarAttributeType),
@@ -811,7 +838,7 @@ async fn matching_tables_are_adopted_and_another_clusters_are_not() {
     let name = unique("adopt-ok");
     create_roles(&name).await;
     create_lake_table(
-        &format!("{name}-registry"),
+        &format!("{NS}-{name}-registry"),
         "pk",
         ("sk", ScalarAttributeType::S),
     )
@@ -832,7 +859,7 @@ async fn matching_tables_are_adopted_and_another_clusters_are_not() {
     // A manifest table that holds another cluster's marker: left alone, terminal condition.
     let other = unique("adopt-no");
     create_roles(&other).await;
-    let manifests = format!("{other}-manifests");
+    let manifests = format!("{NS}-{other}-manifests");
     create_lake_table(&manifests, "base_uri", ("version", ScalarAttributeType::N)).await;
     dynamodb()
         .await

@@ -300,3 +300,81 @@ fn tls_endpoints_serve_adbc_and_lake_sql() {
     let (ok, _, _) = lake_sql(&plain, "SELECT 1", "csv");
     assert!(!ok, "plaintext reached a TLS endpoint");
 }
+
+/// The accepted socket's TCP_NODELAY, read from the server process itself: its socket is found
+/// through /proc (the connection from `client_port` to `server_port`) and copied into this
+/// process with pidfd_getfd.
+fn server_socket_nodelay(pid: u32, server_port: u16, client_port: u16) -> bool {
+    let wanted = format!(":{server_port:04X} 0100007F:{client_port:04X}");
+    // The kernel lists the connection while it waits in the accept queue (inode 0, no
+    // descriptor yet): look until the server has accepted it.
+    let find = || {
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).ok()?;
+        let inode = table
+            .lines()
+            .find(|l| l.contains(&wanted))?
+            .split_whitespace()
+            .nth(9)?
+            .to_owned();
+        let target = format!("socket:[{inode}]");
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .ok()?
+            .filter_map(Result::ok)
+            .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == target))
+            .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    };
+    let fd = (0..500)
+        .find_map(|_| {
+            let fd = find();
+            if fd.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            fd
+        })
+        .expect("the server never accepted the connection");
+    // SAFETY: plain syscalls on descriptors this function owns and closes.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as libc::c_int;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
+        let copy = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as libc::c_int;
+        assert!(
+            copy >= 0,
+            "pidfd_getfd: {}",
+            std::io::Error::last_os_error()
+        );
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            copy,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        );
+        assert_eq!(rc, 0, "getsockopt: {}", std::io::Error::last_os_error());
+        libc::close(copy);
+        libc::close(pidfd);
+        value != 0
+    }
+}
+
+/// Without TCP_NODELAY on accepted sockets, Nagle's algorithm holds each response's last small
+/// segment until the client's delayed ACK: every Flight call took ~44 ms on loopback.
+#[test]
+fn accepted_connections_disable_nagle() {
+    let lake = LocalLake::start();
+    for endpoint in [&lake.query, &lake.metadata] {
+        let addr = endpoint.trim_start_matches("grpc://");
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let server_port = client.peer_addr().unwrap().port();
+        let client_port = client.local_addr().unwrap().port();
+        assert!(
+            server_socket_nodelay(lake.child.id(), server_port, client_port),
+            "{endpoint}: TCP_NODELAY is off on the accepted socket"
+        );
+    }
+}

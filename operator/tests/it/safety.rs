@@ -1,0 +1,433 @@
+//! The operator never touches what is not its own and never widens what a namespace may reach:
+//! deletion checks markers and creation tags, an invalid spec at deletion is reported, the
+//! administrator's allowlist bounds the IAM policies it writes, a failed role lookup deploys
+//! nothing, and the status is the truth of the last pass. Each test reads the emulator's and
+//! the API server's state, not the operator's word.
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ScalarAttributeType};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
+use lake_operator::allowlist::Allowlist;
+use lake_operator::crd::LakeCluster;
+use lake_operator::reconcile::{FINALIZER, reconcile};
+use lake_testkit::{moto, requests_signed_by, unique};
+use serde_json::json;
+
+use super::reconcile::{
+    Harness, NS, cluster_yaml, create_lake_table, create_roles, dynamodb, harness, harness_with,
+    iam, writes,
+};
+
+async fn table_exists(name: &str) -> bool {
+    dynamodb()
+        .await
+        .describe_table()
+        .table_name(name)
+        .send()
+        .await
+        .is_ok()
+}
+
+async fn item_count(table: &str) -> usize {
+    dynamodb()
+        .await
+        .scan()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap()
+        .items()
+        .len()
+}
+
+/// Whether the cluster's inline policy is on `role`.
+async fn has_policy(role: &str, cluster: &str) -> bool {
+    iam()
+        .await
+        .get_role_policy()
+        .role_name(role)
+        .policy_name(format!("lake.{NS}.{cluster}"))
+        .send()
+        .await
+        .is_ok()
+}
+
+/// Deletes `h`'s cluster (finalizer run) and returns the harness on the deleting object.
+async fn delete(h: &Harness) -> Harness {
+    let deleting = h.deleting().await;
+    reconcile(Arc::new(deleting.cluster().await), deleting.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("cleanup failed: {e}"));
+    deleting
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deletion_never_touches_a_foreign_table() {
+    // Cluster A owns its tables; a row in its manifest table stands for its data.
+    let a = unique("own");
+    create_roles(&a).await;
+    let ha = harness(cluster_yaml(&a, "")).await;
+    ha.reconcile().await;
+    let (a_registry, a_manifests) = (format!("{NS}-{a}-registry"), format!("{NS}-{a}-manifests"));
+    dynamodb()
+        .await
+        .put_item()
+        .table_name(&a_manifests)
+        .item("base_uri", AttributeValue::S("sales/orders.lance".into()))
+        .item("version", AttributeValue::N("1".into()))
+        .item("path", AttributeValue::S("_versions/1.manifest".into()))
+        .send()
+        .await
+        .unwrap();
+    let a_items = item_count(&a_manifests).await;
+
+    // Cluster B names A's tables and asks for deletion: refused while it lives, and its
+    // deletion leaves A's tables as they are.
+    let b = unique("foe");
+    create_roles(&b).await;
+    let extra = format!(
+        "  deletionPolicy: Delete\n  tables:\n    registry: {a_registry}\n    manifest: {a_manifests}\n"
+    );
+    let hb = harness(cluster_yaml(&b, &extra)).await;
+    assert_eq!(hb.reconcile().await, Action::await_change());
+    assert_eq!(hb.condition("TablesReady").await.1, "MarkerConflict");
+    let recording = moto().start_recording();
+    let deleting = delete(&hb).await;
+    let log = recording.stop();
+    assert!(
+        deleting.clusters.get_opt(&b).await.unwrap().is_none(),
+        "B's finalizer was released"
+    );
+    let touched: Vec<_> = writes(&requests_signed_by(&log, &hb.key))
+        .into_iter()
+        .filter(|r| r.resource == a_registry || r.resource == a_manifests)
+        .cloned()
+        .collect();
+    assert!(touched.is_empty(), "A's tables were written: {touched:?}");
+    for table in [&a_registry, &a_manifests] {
+        let t = dynamodb()
+            .await
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{table} is gone: {e:?}"))
+            .table
+            .unwrap();
+        assert_eq!(
+            t.deletion_protection_enabled(),
+            Some(true),
+            "{table} lost its protection"
+        );
+    }
+    assert_eq!(item_count(&a_manifests).await, a_items, "A's items changed");
+
+    // Cluster C adopts an existing table and creates the other: deletion removes only the one
+    // it created, unless spec.tables.deleteAdopted opts in.
+    for opt_in in [false, true] {
+        let c = unique("adopter");
+        create_roles(&c).await;
+        let registry = format!("{NS}-{c}-registry");
+        create_lake_table(&registry, "pk", ("sk", ScalarAttributeType::S)).await;
+        dynamodb()
+            .await
+            .put_item()
+            .table_name(&registry)
+            .item("pk", AttributeValue::S("NS#before".into()))
+            .item("sk", AttributeValue::S("META".into()))
+            .send()
+            .await
+            .unwrap();
+        let extra = if opt_in {
+            "  deletionPolicy: Delete\n  tables:\n    deleteAdopted: true\n"
+        } else {
+            "  deletionPolicy: Delete\n"
+        };
+        let hc = harness(cluster_yaml(&c, extra)).await;
+        hc.reconcile().await;
+        hc.reconcile().await; // a second pass must still know the registry was adopted
+        let tables = hc.cluster().await.status.unwrap().tables.unwrap();
+        assert!(tables.registry.unwrap().adopted, "{c}: registry adopted");
+        delete(&hc).await;
+        assert!(
+            !table_exists(&format!("{NS}-{c}-manifests")).await,
+            "the table C created is deleted"
+        );
+        assert_eq!(
+            table_exists(&registry).await,
+            !opt_in,
+            "adopted table kept unless deleteAdopted (opt-in: {opt_in})"
+        );
+        if !opt_in {
+            assert!(
+                item_count(&registry).await >= 1,
+                "the adopted table's item is gone"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deletion_with_an_invalid_spec_is_reported() {
+    let name = unique("inv");
+    create_roles(&name).await;
+    let h = harness(cluster_yaml(&name, "  deletionPolicy: Delete\n")).await;
+    h.reconcile().await;
+    let manifests = format!("{NS}-{name}-manifests");
+    assert!(table_exists(&manifests).await);
+
+    // The spec turns invalid (an API server without the CRD's schema lets it through), then
+    // the cluster is deleted: cleanup is blocked and says so; the finalizer stays.
+    h.patch_spec(json!({"storage": {"s3": {"bucket": ""}}}))
+        .await;
+    let deleting = h.deleting().await;
+    let recording = moto().start_recording();
+    let action = reconcile(Arc::new(deleting.cluster().await), deleting.ctx.clone())
+        .await
+        .unwrap();
+    let log = recording.stop();
+    assert_eq!(action, Action::await_change());
+    let cluster = deleting.cluster().await;
+    assert!(
+        cluster
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&FINALIZER.to_owned()),
+        "the finalizer was released with nothing cleaned up"
+    );
+    let (status, reason, message) = deleting.condition("PlanValid").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "CleanupBlocked")
+    );
+    assert!(
+        message.contains("spec.storage.s3.bucket") && message.contains(FINALIZER),
+        "{message}"
+    );
+    assert!(
+        requests_signed_by(&log, &h.key).is_empty(),
+        "AWS was called with an invalid spec"
+    );
+    assert!(table_exists(&manifests).await);
+
+    // Fixed: cleanup runs and the finalizer goes.
+    deleting
+        .patch_spec(json!({"storage": {"s3": {"bucket": format!("{name}-bucket")}}}))
+        .await;
+    reconcile(Arc::new(deleting.cluster().await), deleting.ctx.clone())
+        .await
+        .unwrap();
+    assert!(deleting.clusters.get_opt(&name).await.unwrap().is_none());
+    assert!(!table_exists(&manifests).await, "{manifests} still exists");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn namespace_cannot_widen_iam_beyond_the_allowlist() {
+    // The administrator allows namespace `data` exactly these roles and s3://<bucket>/wh.
+    let strict = |name: &str| {
+        Allowlist::parse(
+            &format!(
+                "namespaces:\n  data:\n    roles: [{name}-query-role, {name}-metadata-role]\n    storage: [{{bucket: {name}-bucket, prefix: wh}}]\n"
+            ),
+            "test allowlist",
+        )
+        .unwrap()
+    };
+    type Edit = fn(&mut LakeCluster, &str);
+    let cases: [(&str, Edit, &str); 8] = [
+        (
+            "another team's role",
+            |c, _| c.spec.iam.as_mut().unwrap().query_role = "payments-admin".into(),
+            "spec.iam.queryRole",
+        ),
+        (
+            "another bucket",
+            |c, _| c.spec.storage.s3.as_mut().unwrap().bucket = "payments-bucket".into(),
+            "spec.storage.s3",
+        ),
+        (
+            "a sibling prefix",
+            |c, _| c.spec.storage.s3.as_mut().unwrap().prefix = "wh2".into(),
+            "spec.storage.s3",
+        ),
+        (
+            "a wildcard prefix",
+            |c, _| c.spec.storage.s3.as_mut().unwrap().prefix = "*".into(),
+            "spec.storage.s3.prefix",
+        ),
+        (
+            "a policy-variable prefix",
+            |c, _| c.spec.storage.s3.as_mut().unwrap().prefix = "wh/${aws:username}".into(),
+            "spec.storage.s3.prefix",
+        ),
+        (
+            "one role by name and by ARN",
+            |c, name| {
+                c.spec.iam.as_mut().unwrap().metadata_role =
+                    format!("arn:aws:iam::123456789012:role/{name}-query-role")
+            },
+            "spec.iam.queryRole",
+        ),
+        (
+            "one role in two cases",
+            |c, name| {
+                c.spec.iam.as_mut().unwrap().metadata_role =
+                    format!("{name}-query-role").to_uppercase()
+            },
+            "spec.iam.queryRole",
+        ),
+        (
+            "a namespace the allowlist does not name",
+            |c, _| c.metadata.namespace = Some(NS.into()),
+            "spec.iam.manage",
+        ),
+    ];
+    for (case, edit, field) in cases {
+        let name = unique("wide");
+        create_roles(&name).await;
+        let mut cluster = cluster_yaml(&name, "");
+        edit(&mut cluster, &name);
+        let allowlist = if field == "spec.iam.manage" {
+            Allowlist::default()
+        } else {
+            strict(&name)
+        };
+        let h = harness_with(cluster, allowlist).await;
+        let recording = moto().start_recording();
+        let action = h.reconcile().await;
+        let log = recording.stop();
+        assert_eq!(action, Action::await_change(), "{case}: terminal");
+        let (status, reason, message) = h.condition("PlanValid").await;
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "InvalidSpec"),
+            "{case}: {message}"
+        );
+        assert!(
+            message.contains(field),
+            "{case}: {message} does not name {field}"
+        );
+        let calls = requests_signed_by(&log, &h.key);
+        assert!(calls.is_empty(), "{case}: AWS was called: {calls:?}");
+        for role in [
+            format!("{name}-query-role"),
+            format!("{name}-metadata-role"),
+        ] {
+            assert!(
+                !has_policy(&role, &name).await,
+                "{case}: a policy reached {role}"
+            );
+        }
+        assert_eq!(h.versions().await.len(), 1, "{case}: objects were written");
+    }
+
+    // Inside the allowlist (a prefix below the allowed one) the policies are written.
+    let name = unique("narrow");
+    create_roles(&name).await;
+    let mut cluster = cluster_yaml(&name, "");
+    cluster.spec.storage.s3.as_mut().unwrap().prefix = "wh/team".into();
+    let h = harness_with(cluster, strict(&name)).await;
+    h.reconcile().await;
+    assert_eq!(h.condition("PoliciesReady").await.0, "True");
+    assert!(has_policy(&format!("{name}-query-role"), &name).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_role_lookup_deploys_nothing() {
+    // The roles do not exist: GetRole fails.
+    let name = unique("norole");
+    let h = harness(cluster_yaml(&name, "")).await;
+    let recording = moto().start_recording();
+    let result = reconcile(Arc::new(h.cluster().await), h.ctx.clone()).await;
+    let log = recording.stop();
+    let error = result.expect_err("a failed role lookup must fail the pass (backoff, metric)");
+    assert_eq!(error.reason(), "RoleNotFound");
+    assert!(
+        h.ctx.metrics.render().contains("RoleNotFound"),
+        "no error metric: {}",
+        h.ctx.metrics.render()
+    );
+    let (status, reason, _) = h.condition("PoliciesReady").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RoleNotFound")
+    );
+    assert_eq!(h.condition("WorkloadsReady").await.0, "Unknown");
+    let accounts: Vec<_> = Api::<ServiceAccount>::namespaced(h.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        accounts.is_empty(),
+        "ServiceAccounts were applied: {accounts:?}"
+    );
+    assert_eq!(h.versions().await.len(), 1, "objects were applied");
+    let written = writes(&requests_signed_by(&log, &h.key))
+        .into_iter()
+        .cloned()
+        .collect::<Vec<_>>();
+    assert!(
+        written.is_empty(),
+        "AWS writes before the roles resolved: {written:?}"
+    );
+
+    // Once the roles exist, the ServiceAccounts carry their real ARNs.
+    create_roles(&name).await;
+    h.reconcile().await;
+    let accounts = Api::<ServiceAccount>::namespaced(h.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(accounts.len(), 2);
+    for sa in accounts {
+        let arn = &sa.metadata.annotations.unwrap()["eks.amazonaws.com/role-arn"];
+        assert!(
+            arn.starts_with("arn:aws:iam::123456789012:role/") && !arn.contains('<'),
+            "{arn}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_drops_what_the_spec_dropped() {
+    let name = unique("drop");
+    create_roles(&name).await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    h.reconcile().await;
+    let status = h.cluster().await.status.unwrap();
+    assert!(status.policies.is_some() && status.tables.is_some());
+
+    // No more spec.iam: no policies in status.
+    h.patch_spec(json!({"iam": null})).await;
+    h.reconcile().await;
+    let status = h.cluster().await.status.unwrap();
+    assert!(
+        status.policies.is_none(),
+        "stale policies: {:?}",
+        status.policies
+    );
+    assert!(status.tables.is_some());
+
+    // Local storage: no DynamoDB tables in status either.
+    h.patch_spec(json!({"storage": {"s3": null, "local": {"path": "/var/lib/lake"}}}))
+        .await;
+    h.reconcile().await;
+    let status = h.cluster().await.status.unwrap();
+    assert!(status.tables.is_none(), "stale tables: {:?}", status.tables);
+    assert_eq!(h.condition("TablesReady").await.1, "Embedded");
+
+    // An invalid spec: the pass observed nothing, so nothing but conditions is reported.
+    h.patch_spec(json!({"query": {"replicas": 0}})).await;
+    h.reconcile().await;
+    let status = h.cluster().await.status.unwrap();
+    assert!(
+        status.endpoints.is_none() && status.tables.is_none() && status.policies.is_none(),
+        "{status:?}"
+    );
+}

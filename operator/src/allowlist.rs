@@ -16,7 +16,8 @@
 //!     storage:
 //!       - bucket: acme-lake                          # `*` allowed here too
 //!         prefix: analytics                          # this prefix and everything below it; "" = the whole bucket
-//!     tables: ["data-*"]                             # optional: DynamoDB table names; absent = any
+//!     tables: ["data.*"]                             # optional: DynamoDB table names; absent = any
+//!     adopt: false                                   # may clusters adopt existing tables?
 //! ```
 
 use std::collections::BTreeMap;
@@ -51,6 +52,12 @@ pub struct NamespaceRules {
     /// any name.
     #[serde(default)]
     pub tables: Option<Vec<String>>,
+    /// Whether the namespace's clusters may adopt existing tables (that they did not create and
+    /// that hold no lake marker) — and so, with `spec.tables.deleteAdopted`, delete them.
+    /// Off by default: a table with lake's key schema is not necessarily lake's (any Lance
+    /// DynamoDB commit table has the manifest schema).
+    #[serde(default)]
+    pub adopt: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -99,6 +106,11 @@ impl Allowlist {
         };
         list.source = Some(source.to_owned());
         Ok(list)
+    }
+
+    /// Whether `namespace`'s clusters may adopt existing tables.
+    pub fn may_adopt(&self, namespace: &str) -> bool {
+        self.namespaces.get(namespace).is_some_and(|r| r.adopt)
     }
 
     fn origin(&self) -> String {
@@ -171,6 +183,16 @@ pub fn admit(cluster: &ValidatedCluster, allowlist: &Allowlist) -> Result<(), Pl
                 ));
             }
         }
+    }
+
+    if cluster.delete_adopted_tables && !rules.is_some_and(|r| r.adopt) {
+        errors.push(PlanError::NotAllowed {
+            field: "spec.tables.deleteAdopted".to_owned(),
+            reason: format!(
+                "namespace {ns:?} may not adopt existing tables by {origin} (adopt: true), so it \
+                 may not have them deleted either"
+            ),
+        });
     }
 
     let managed = cluster.iam.as_ref().filter(|iam| iam.manage);

@@ -260,14 +260,18 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     } = plan::plan(&validated, &inputs);
     facts.policies = policies_status(&policies);
 
-    let tables = tables_step(clients.as_ref(), &tables).await;
+    let may_adopt = ctx.allowlist.may_adopt(&validated.namespace);
+    let tables = tables_step(clients.as_ref(), &tables, may_adopt).await;
     facts.tables = tables.status();
     let policies_check = match &tables.failure {
         Some(_) => (
             Check::unknown(POLICIES_READY, "Waiting", "waiting for the tables"),
             None,
         ),
-        None => policies_step(&validated, clients.as_ref(), &policies).await,
+        None => {
+            let previous = cluster.status.as_ref().and_then(|s| s.policies.as_ref());
+            policies_step(&validated, clients.as_ref(), &policies, previous).await
+        }
     };
     let failure = tables.failure.or(policies_check.1);
     // Workloads only once the stores they point at exist and their roles may reach them.
@@ -281,7 +285,11 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     let ready = checks[1..].iter().all(|c| c.ok == Some(true));
     write_status(ctx, cluster, &checks, generation, facts).await?;
     match failure {
-        Some(e) if e.is_terminal() => Ok(Action::await_change()),
+        Some(e) if e.is_terminal() => {
+            // Not retried (it waits for a spec change), but counted like every failure.
+            ctx.metrics.failed(e.reason());
+            Ok(Action::await_change())
+        }
         Some(e) => Err(e.into()),
         None if ready => Ok(Action::requeue(RESYNC)),
         None => Ok(Action::requeue(PROGRESS)),
@@ -356,6 +364,7 @@ impl TablesOutcome {
 async fn tables_step(
     clients: Option<&crate::aws::AwsClients>,
     tables: &[plan::DesiredTable],
+    may_adopt: bool,
 ) -> TablesOutcome {
     let Some(clients) = clients.filter(|_| !tables.is_empty()) else {
         return TablesOutcome {
@@ -371,7 +380,7 @@ async fn tables_step(
     };
     let mut applied = Vec::new();
     for table in tables {
-        match apply::tables::ensure(&clients.dynamodb, table).await {
+        match apply::tables::ensure(&clients.dynamodb, table, may_adopt).await {
             Ok(t) => applied.push(t),
             Err(e) => {
                 return TablesOutcome {
@@ -396,11 +405,59 @@ async fn tables_step(
     }
 }
 
+/// Roles recorded in the previous status that the spec no longer names.
+fn dropped_roles(validated: &ValidatedCluster, previous: Option<&PoliciesStatus>) -> Vec<String> {
+    let current: Vec<String> = validated
+        .iam
+        .iter()
+        .flat_map(|iam| [&iam.query_role, &iam.metadata_role])
+        .map(|r| plan::iam::role_name(r).to_ascii_lowercase())
+        .collect();
+    let mut dropped: Vec<String> = previous
+        .into_iter()
+        .flat_map(|p| [&p.query, &p.metadata])
+        .flatten()
+        .map(|p| p.role.clone())
+        .filter(|r| !current.contains(&plan::iam::role_name(r).to_ascii_lowercase()))
+        .collect();
+    dropped.dedup();
+    dropped
+}
+
+/// Takes this cluster's policy (by its name) off roles the spec no longer names: a grant
+/// written for a role must not outlive the role's place in the spec. Reads first, so a
+/// converged cluster writes nothing.
+async fn revoke(
+    clients: &crate::aws::AwsClients,
+    validated: &ValidatedCluster,
+    roles: &[String],
+) -> Result<(), ApplyError> {
+    let name = plan::iam::policy_name(&validated.namespace, &validated.name);
+    for role in roles {
+        match apply::iam::current(&clients.iam, role, &name).await {
+            Ok(Some(_)) => apply::iam::remove(&clients.iam, role, &name).await?,
+            Ok(None) | Err(ApplyError::RoleNotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 async fn policies_step(
     validated: &ValidatedCluster,
     clients: Option<&crate::aws::AwsClients>,
     policies: &[plan::RolePolicy],
+    previous: Option<&PoliciesStatus>,
 ) -> (Check, Option<ApplyError>) {
+    if let Some(clients) = clients {
+        let dropped = dropped_roles(validated, previous);
+        if let Err(e) = revoke(clients, validated, &dropped).await {
+            return (
+                Check::failed(POLICIES_READY, e.reason(), e.to_string()),
+                Some(e),
+            );
+        }
+    }
     let (Some(iam), Some(clients)) = (&validated.iam, clients) else {
         return (
             Check::ok(
@@ -615,7 +672,20 @@ async fn write_status(
         return Ok(());
     }
     let to_json = |s: &LakeClusterStatus| serde_json::to_value(s).unwrap_or_default();
-    let patch = merge_patch(&to_json(&previous), &to_json(&next));
+    let mut patch = merge_patch(&to_json(&previous), &to_json(&next));
+    // The previous status comes from the watch cache, which may lag the last write: absent
+    // top-level fields are sent as nulls whatever it says.
+    if let Some(fields) = patch.as_object_mut() {
+        for (field, absent) in [
+            ("endpoints", next.endpoints.is_none()),
+            ("tables", next.tables.is_none()),
+            ("policies", next.policies.is_none()),
+        ] {
+            if absent {
+                fields.insert(field.to_owned(), serde_json::Value::Null);
+            }
+        }
+    }
     api(ctx, cluster)
         .patch_status(
             &cluster.name_any(),
@@ -731,28 +801,18 @@ async fn cleanup(cluster: &LakeCluster, ctx: &Context) -> Result<Action, Reconci
     if let (Storage::S3(_), Some(aws)) = (validated.authority.storage(), validated.authority.aws())
     {
         let clients = ctx.aws.clients(&aws.region).await;
+        // Only the policy this cluster wrote (by its name) comes off: the spec's roles when it
+        // manages them, and roles recorded in status that the spec no longer names.
+        let previous = cluster.status.as_ref().and_then(|s| s.policies.as_ref());
+        let mut roles = dropped_roles(&validated, previous);
         if let Some(iam) = validated.iam.as_ref().filter(|i| i.manage) {
-            // Only the policy this cluster wrote (by its name) comes off the roles, including
-            // roles recorded in status that the spec no longer names.
-            let name = plan::iam::policy_name(&validated.namespace, &validated.name);
-            let mut roles = vec![iam.query_role.clone(), iam.metadata_role.clone()];
-            if let Some(p) = cluster.status.as_ref().and_then(|s| s.policies.as_ref()) {
-                roles.extend(
-                    [&p.query, &p.metadata]
-                        .into_iter()
-                        .flatten()
-                        .map(|p| p.role.clone()),
-                );
-            }
-            let mut seen = std::collections::BTreeSet::new();
-            for role in roles {
-                if !seen.insert(plan::iam::role_name(&role).to_ascii_lowercase()) {
-                    continue;
-                }
-                match apply::iam::remove(&clients.iam, &role, &name).await {
-                    Ok(()) | Err(ApplyError::RoleNotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+            roles.extend([iam.query_role.clone(), iam.metadata_role.clone()]);
+        }
+        let name = plan::iam::policy_name(&validated.namespace, &validated.name);
+        for role in roles {
+            match apply::iam::remove(&clients.iam, &role, &name).await {
+                Ok(()) | Err(ApplyError::RoleNotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         if validated.deletion_policy == crate::crd::DeletionPolicy::Delete {

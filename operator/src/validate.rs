@@ -110,10 +110,12 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
         let request = AuthorityRequest {
             // Default table names carry the namespace: two clusters of one name in two
             // namespaces must not default to the same tables.
+            // `.` cannot appear in a namespace, so `<namespace>.<name>` is unambiguous
+            // (`team`/`a-x` and `team-a`/`x` would share `team-a-x`).
             cluster_name: if name.is_empty() {
                 String::new()
             } else {
-                format!("{namespace}-{name}")
+                format!("{namespace}.{name}")
             },
             storage,
             registry_table: spec.tables.registry.clone(),
@@ -153,6 +155,20 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
                 errors.push(PlanError::Missing {
                     field: field.into(),
                     reason: "an IAM role name or ARN".into(),
+                });
+            }
+        }
+        for (field, role) in [
+            ("spec.iam.queryRole", &iam.query_role),
+            ("spec.iam.metadataRole", &iam.metadata_role),
+        ] {
+            if !role.trim().is_empty()
+                && let Err(reason) = crate::plan::iam::check_role(role)
+            {
+                errors.push(PlanError::InvalidField {
+                    field: field.into(),
+                    value: role.clone(),
+                    reason,
                 });
             }
         }
@@ -254,11 +270,20 @@ spec:
         assert_eq!(
             tables(&a),
             (
-                "team-a-analytics-registry".into(),
-                "team-a-analytics-manifests".into()
+                "team-a.analytics-registry".into(),
+                "team-a.analytics-manifests".into()
             )
         );
         assert_ne!(tables(&a), tables(&b));
+        // `-` may be in both parts, `.` in neither namespace: team/a-x and team-a/x differ.
+        let mut c = cluster("team", "q", "m");
+        c.metadata.name = Some("a-x".into());
+        let mut d = cluster("team-a", "q", "m");
+        d.metadata.name = Some("x".into());
+        assert_ne!(
+            tables(&validate(&c).unwrap()),
+            tables(&validate(&d).unwrap())
+        );
     }
 
     #[test]
@@ -277,5 +302,28 @@ spec:
             );
         }
         assert!(validate(&cluster("data", "lake-query", "lake-metadata")).is_ok());
+    }
+
+    #[test]
+    fn role_arns_name_one_account_and_a_valid_role() {
+        for bad in [
+            "arn:aws:iam::*:role/lake-query",
+            "arn:aws:iam::12345:role/lake-query",
+            "arn:aws:iam::123456789012:user/lake-query",
+            "arn:aws:iam::123456789012:role/",
+            "arn:evil:iam::123456789012:role/lake-query",
+            "lake/query",
+            "lake query",
+        ] {
+            let errors = validate(&cluster("data", bad, "lake-metadata")).unwrap_err();
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.to_string().contains("spec.iam.queryRole")),
+                "{bad}: {errors:?}"
+            );
+        }
+        let arn = "arn:aws:iam::123456789012:role/team/lake-query";
+        assert!(validate(&cluster("data", arn, "lake-metadata")).is_ok());
     }
 }

@@ -17,6 +17,12 @@ pub enum ApplyError {
     /// An existing table holding another cluster's or another authority's marker. Terminal.
     #[error("table {table:?} cannot be adopted: {detail}")]
     MarkerConflict { table: String, detail: String },
+    /// An existing table this cluster did not create, without the administrator's consent to
+    /// adopt tables. Terminal.
+    #[error(
+        "table {table:?} already exists and this cluster did not create it; adopting existing tables needs the administrator's consent (adopt: true for the namespace in the operator's allowlist), or choose another name in spec.tables"
+    )]
+    AdoptionRefused { table: String },
     /// A role that does not exist (yet): retried, someone may be creating it.
     #[error("IAM role {role:?} does not exist; create it, or fix spec.iam")]
     RoleNotFound { role: String },
@@ -55,7 +61,9 @@ impl ApplyError {
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
-            ApplyError::KeySchemaMismatch { .. } | ApplyError::MarkerConflict { .. }
+            ApplyError::KeySchemaMismatch { .. }
+                | ApplyError::MarkerConflict { .. }
+                | ApplyError::AdoptionRefused { .. }
         )
     }
 
@@ -64,6 +72,7 @@ impl ApplyError {
         match self {
             ApplyError::KeySchemaMismatch { .. } => "KeySchemaMismatch",
             ApplyError::MarkerConflict { .. } => "MarkerConflict",
+            ApplyError::AdoptionRefused { .. } => "AdoptionRefused",
             ApplyError::RoleNotFound { .. } => "RoleNotFound",
             ApplyError::NotActive { .. } => "TableNotActive",
             ApplyError::Aws { .. } => "AwsError",

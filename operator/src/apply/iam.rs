@@ -40,12 +40,17 @@ fn parse_document(text: &str) -> Option<Value> {
     })
 }
 
-/// The policy now on the role, if any.
-pub async fn current(client: &Client, policy: &RolePolicy) -> Result<Option<Value>, ApplyError> {
+/// The inline policy `policy_name` now on `role` (a name or an ARN), if any.
+pub async fn current(
+    client: &Client,
+    role: &str,
+    policy_name: &str,
+) -> Result<Option<Value>, ApplyError> {
+    let role_name = role_name(role);
     match client
         .get_role_policy()
-        .role_name(&policy.role_name)
-        .policy_name(&policy.policy_name)
+        .role_name(role_name)
+        .policy_name(policy_name)
         .send()
         .await
     {
@@ -56,14 +61,14 @@ pub async fn current(client: &Client, policy: &RolePolicy) -> Result<Option<Valu
         {
             Ok(None)
         }
-        Err(e) => Err(aws("GetRolePolicy", &policy.role_name, e)),
+        Err(e) => Err(aws("GetRolePolicy", role_name, e)),
     }
 }
 
 /// Puts `policy` on its role unless an equivalent document is already there. Returns whether
 /// it wrote.
 pub async fn ensure(client: &Client, policy: &RolePolicy) -> Result<bool, ApplyError> {
-    if current(client, policy)
+    if current(client, &policy.role_name, &policy.policy_name)
         .await?
         .is_some_and(|doc| same_policy(&doc, &policy.document))
     {

@@ -167,8 +167,15 @@ async fn create(client: &Client, desired: &DesiredTable) -> Result<(), ApplyErro
     Ok(())
 }
 
-/// Observes `desired` and makes it so. Never modifies a table it may not adopt.
-pub async fn ensure(client: &Client, desired: &DesiredTable) -> Result<AppliedTable, ApplyError> {
+/// Observes `desired` and makes it so. Never modifies a table it may not adopt: one another
+/// cluster created or adopted (its uid tags, checked before the marker, so a table another
+/// cluster has just created and not yet marked is not taken), one with another cluster's marker,
+/// and — unless `may_adopt` (the administrator's consent) — any existing table it did not create.
+pub async fn ensure(
+    client: &Client,
+    desired: &DesiredTable,
+    may_adopt: bool,
+) -> Result<AppliedTable, ApplyError> {
     let name = desired.name.as_str();
     let described = match client.describe_table().table_name(name).send().await {
         Ok(out) => out.table,
@@ -219,6 +226,22 @@ pub async fn ensure(client: &Client, desired: &DesiredTable) -> Result<AppliedTa
             status: status.map(|s| s.as_str().to_owned()).unwrap_or_default(),
         });
     }
+    let arn = table.table_arn().map(str::to_owned);
+    let existing_tags = match &arn {
+        Some(arn) => tags_of(client, name, arn).await?,
+        None => HashMap::new(),
+    };
+    let uid = desired.tags.get(uid_tag).map(String::as_str);
+    let adopted_tag = crate::plan::tables::TAG_ADOPTED_BY_UID;
+    for (tag, what) in [(uid_tag, "created"), (adopted_tag, "adopted")] {
+        if let Some(other) = existing_tags.get(tag).filter(|v| Some(v.as_str()) != uid) {
+            return Err(ApplyError::MarkerConflict {
+                table: name.to_owned(),
+                detail: format!("cluster {other:?} {what} it (tag {tag})"),
+            });
+        }
+    }
+    let created_by_us = created_now || existing_tags.get(uid_tag).map(String::as_str) == uid;
     // Check the marker before touching anything: another cluster's table is never modified.
     let marker = read_marker(client, name, desired.authority).await?;
     if let Some(found) = &marker
@@ -242,7 +265,11 @@ pub async fn ensure(client: &Client, desired: &DesiredTable) -> Result<AppliedTa
             detail,
         });
     }
-    let arn = table.table_arn().map(str::to_owned);
+    if !created_by_us && marker.is_none() && !may_adopt {
+        return Err(ApplyError::AdoptionRefused {
+            table: name.to_owned(),
+        });
+    }
 
     if desired.deletion_protection && table.deletion_protection_enabled() != Some(true) {
         client
@@ -283,14 +310,9 @@ pub async fn ensure(client: &Client, desired: &DesiredTable) -> Result<AppliedTa
                 .map_err(|e| aws("UpdateContinuousBackups", name, e))?;
         }
     }
-    let mut adopted = !created_now;
+    let adopted = !created_by_us;
     if let Some(arn) = &arn {
-        let existing = tags_of(client, name, arn).await?;
-        let uid = desired.tags.get(uid_tag).map(String::as_str);
-        // Tagged with this cluster's uid at creation: created by it earlier, not adopted.
-        if existing.get(uid_tag).map(String::as_str) == uid {
-            adopted = false;
-        }
+        let existing = existing_tags;
         // An adopted table is tagged as adopted, never as created: deletion tells them apart.
         let mut wanted = desired.tags.clone();
         if adopted && let Some(uid) = wanted.remove(uid_tag) {

@@ -49,8 +49,8 @@ use super::status::LakeClusterStatus;
 pub struct LakeClusterSpec {
     /// Where data and the managed stage live: exactly one of `s3` or `local`.
     pub storage: StorageSpec,
-    /// DynamoDB table names; each defaults to `<namespace>-<name>-registry` /
-    /// `<namespace>-<name>-manifests`.
+    /// DynamoDB table names; each defaults to `<namespace>.<name>-registry` /
+    /// `<namespace>.<name>-manifests`.
     #[serde(default, skip_serializing_if = "TablesSpec::is_empty")]
     pub tables: TablesSpec,
     /// The IAM roles the query and metadata workloads run as.

@@ -89,6 +89,44 @@ pub fn role_name(role: &str) -> &str {
     }
 }
 
+fn valid_role_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c))
+}
+
+/// A role as the spec may give it: an IAM role name, or a role ARN in one account
+/// (`arn:<partition>:iam::<12 digits>:role/[path/]<name>`). Anything else (a `*` account, a user
+/// ARN, another service) is refused: the account becomes part of the granted table ARNs.
+pub fn check_role(role: &str) -> Result<(), String> {
+    let Some(rest) = role.strip_prefix("arn:") else {
+        return if valid_role_name(role) {
+            Ok(())
+        } else {
+            Err("must be an IAM role name (1-64 of A-Z a-z 0-9 +=,.@_-) or a role ARN".into())
+        };
+    };
+    let parts: Vec<&str> = rest.splitn(5, ':').collect();
+    let ok = match parts.as_slice() {
+        [partition, "iam", "", account, resource] => {
+            ["aws", "aws-cn", "aws-us-gov"].contains(partition)
+                && account.len() == 12
+                && account.chars().all(|c| c.is_ascii_digit())
+                && resource.strip_prefix("role/").is_some_and(|path| {
+                    let name = path.rsplit('/').next().unwrap_or_default();
+                    valid_role_name(name) && !path.contains("//") && !path.contains('*')
+                })
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err("must be a role ARN arn:aws:iam::<12-digit account>:role/[path/]<name>".into())
+    }
+}
+
 /// The account of a role ARN, if `role` is one.
 pub fn role_account(role: &str) -> Option<&str> {
     let mut parts = role.strip_prefix("arn:")?.split(':');
@@ -232,8 +270,12 @@ pub fn policy_name(namespace: &str, name: &str) -> String {
     }
     let hash = Sha256::digest(full.as_bytes());
     let hex: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    // ASCII only (Kubernetes names are), so any byte index is a char boundary.
-    format!("{}@{hex}", &full[..POLICY_NAME_MAX - 1 - hex.len()])
+    // Kubernetes names are ASCII, but `render` reads any file: cut at a char boundary.
+    let mut cut = POLICY_NAME_MAX - 1 - hex.len();
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}@{hex}", &full[..cut])
 }
 
 /// The ServiceAccount name of a role's workload.

@@ -170,8 +170,8 @@ spec:
         let ddb = ddb.clone();
         async move { ddb.describe_table().table_name(table).send().await.is_ok() }
     };
-    assert!(exists(format!("data-{name}-registry")).await);
-    assert!(!exists(format!("data-{name}-manifests")).await);
+    assert!(exists(format!("data.{name}-registry")).await);
+    assert!(!exists(format!("data.{name}-manifests")).await);
 
     // AWS is back: the next pass picks up where the last one stopped.
     proxy.set(true);
@@ -183,8 +183,8 @@ spec:
     assert_eq!(condition(&status, "TablesReady").status, "True");
     assert_eq!(condition(&status, "WorkloadsReady").reason, "RollingOut");
     for table in [
-        format!("data-{name}-registry"),
-        format!("data-{name}-manifests"),
+        format!("data.{name}-registry"),
+        format!("data.{name}-manifests"),
     ] {
         let pitr = ddb
             .describe_continuous_backups()

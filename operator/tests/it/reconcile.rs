@@ -110,7 +110,7 @@ pub(super) fn pool(key: &str) -> Arc<AwsPool> {
 /// What the tests' operator allows namespace `data`: the roles and buckets `cluster_yaml` names.
 pub(super) fn test_allowlist() -> Allowlist {
     Allowlist::parse(
-        "namespaces:\n  data:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{bucket: \"*-bucket\"}]\n",
+        "namespaces:\n  data:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{bucket: \"*-bucket\"}]\n    adopt: true\n",
         "tests",
     )
     .unwrap()
@@ -322,13 +322,13 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
     let ddb = dynamodb().await;
     for (table, hash, range, format) in [
         (
-            format!("{NS}-{name}-registry"),
+            format!("{NS}.{name}-registry"),
             "pk",
             "sk",
             "lake-registry/v1",
         ),
         (
-            format!("{NS}-{name}-manifests"),
+            format!("{NS}.{name}-manifests"),
             "base_uri",
             "version",
             "lake-manifests/v2",
@@ -473,7 +473,7 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
             .unwrap()
             .arn
             .unwrap()
-            .ends_with(&format!("table/{NS}-{name}-manifests"))
+            .ends_with(&format!("table/{NS}.{name}-manifests"))
     );
     assert!(!tables.registry.unwrap().adopted);
     let policies = status.policies.unwrap();
@@ -624,7 +624,7 @@ async fn a_table_with_the_wrong_key_schema_is_a_terminal_condition_and_left_alon
     let name = unique("adopt");
     create_roles(&name).await;
     let ddb = dynamodb().await;
-    let registry = format!("{NS}-{name}-registry");
+    let registry = format!("{NS}.{name}-registry");
     ddb.create_table()
         .table_name(&registry)
         .key_schema(
@@ -742,8 +742,8 @@ async fn paused_stops_mutation_but_not_deletion() {
     );
     let ddb = dynamodb().await;
     for table in [
-        format!("{NS}-{name}-registry"),
-        format!("{NS}-{name}-manifests"),
+        format!("{NS}.{name}-registry"),
+        format!("{NS}.{name}-manifests"),
     ] {
         assert!(
             ddb.describe_table()
@@ -778,7 +778,7 @@ async fn retained_tables_survive_deletion() {
     let ddb = dynamodb().await;
     let t = ddb
         .describe_table()
-        .table_name(format!("{NS}-{name}-manifests"))
+        .table_name(format!("{NS}.{name}-manifests"))
         .send()
         .await
         .unwrap();
@@ -838,7 +838,7 @@ async fn matching_tables_are_adopted_and_another_clusters_are_not() {
     let name = unique("adopt-ok");
     create_roles(&name).await;
     create_lake_table(
-        &format!("{NS}-{name}-registry"),
+        &format!("{NS}.{name}-registry"),
         "pk",
         ("sk", ScalarAttributeType::S),
     )
@@ -859,7 +859,7 @@ async fn matching_tables_are_adopted_and_another_clusters_are_not() {
     // A manifest table that holds another cluster's marker: left alone, terminal condition.
     let other = unique("adopt-no");
     create_roles(&other).await;
-    let manifests = format!("{NS}-{other}-manifests");
+    let manifests = format!("{NS}.{other}-manifests");
     create_lake_table(&manifests, "base_uri", ("version", ScalarAttributeType::N)).await;
     dynamodb()
         .await

@@ -71,7 +71,7 @@ async fn deletion_never_touches_a_foreign_table() {
     create_roles(&a).await;
     let ha = harness(cluster_yaml(&a, "")).await;
     ha.reconcile().await;
-    let (a_registry, a_manifests) = (format!("{NS}-{a}-registry"), format!("{NS}-{a}-manifests"));
+    let (a_registry, a_manifests) = (format!("{NS}.{a}-registry"), format!("{NS}.{a}-manifests"));
     dynamodb()
         .await
         .put_item()
@@ -103,7 +103,8 @@ async fn deletion_never_touches_a_foreign_table() {
     );
     let touched: Vec<_> = writes(&requests_signed_by(&log, &hb.key))
         .into_iter()
-        .filter(|r| r.resource == a_registry || r.resource == a_manifests)
+        // TagResource/UntagResource name the table by ARN: match the name anywhere in it.
+        .filter(|r| r.resource.contains(&a_registry) || r.resource.contains(&a_manifests))
         .cloned()
         .collect();
     assert!(touched.is_empty(), "A's tables were written: {touched:?}");
@@ -130,7 +131,7 @@ async fn deletion_never_touches_a_foreign_table() {
     for opt_in in [false, true] {
         let c = unique("adopter");
         create_roles(&c).await;
-        let registry = format!("{NS}-{c}-registry");
+        let registry = format!("{NS}.{c}-registry");
         create_lake_table(&registry, "pk", ("sk", ScalarAttributeType::S)).await;
         dynamodb()
             .await
@@ -153,7 +154,7 @@ async fn deletion_never_touches_a_foreign_table() {
         assert!(tables.registry.unwrap().adopted, "{c}: registry adopted");
         delete(&hc).await;
         assert!(
-            !table_exists(&format!("{NS}-{c}-manifests")).await,
+            !table_exists(&format!("{NS}.{c}-manifests")).await,
             "the table C created is deleted"
         );
         assert_eq!(
@@ -162,12 +163,110 @@ async fn deletion_never_touches_a_foreign_table() {
             "adopted table kept unless deleteAdopted (opt-in: {opt_in})"
         );
         if !opt_in {
+            let before = dynamodb()
+                .await
+                .get_item()
+                .table_name(&registry)
+                .key("pk", AttributeValue::S("NS#before".into()))
+                .key("sk", AttributeValue::S("META".into()))
+                .send()
+                .await
+                .unwrap();
             assert!(
-                item_count(&registry).await >= 1,
-                "the adopted table's item is gone"
+                before.item.is_some(),
+                "the adopted table's own item is gone"
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn adoption_needs_consent_and_never_takes_another_clusters_table() {
+    use lake_operator::plan::tables::TAG_CLUSTER_UID;
+    // Any table with lake's key schema (e.g. a plain Lance commit table) and no marker: without
+    // the administrator's `adopt: true`, a namespace cannot adopt it (and so cannot delete it).
+    let name = unique("squat");
+    create_roles(&name).await;
+    let victim = format!("{NS}.{name}-manifests");
+    create_lake_table(&victim, "base_uri", ("version", ScalarAttributeType::N)).await;
+    let strict = Allowlist::parse(
+        &format!(
+            "namespaces:\n  data:\n    roles: [{name}-query-role, {name}-metadata-role]\n    storage: [{{bucket: {name}-bucket}}]\n"
+        ),
+        "test allowlist",
+    )
+    .unwrap();
+    let h = harness_with(cluster_yaml(&name, ""), strict.clone()).await;
+    let recording = moto().start_recording();
+    assert_eq!(h.reconcile().await, Action::await_change());
+    let log = recording.stop();
+    let (status, reason, message) = h.condition("TablesReady").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "AdoptionRefused"),
+        "{message}"
+    );
+    let touched: Vec<_> = writes(&requests_signed_by(&log, &h.key))
+        .into_iter()
+        .filter(|r| r.resource.contains(&victim))
+        .cloned()
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "the unconsented table was written: {touched:?}"
+    );
+    assert_eq!(item_count(&victim).await, 0, "a marker was written");
+
+    // deleteAdopted is the administrator's to allow, not the namespace's.
+    let mut cluster = cluster_yaml(&unique("squat"), "  tables:\n    deleteAdopted: true\n");
+    cluster.spec.iam = None;
+    let h2 = harness_with(cluster, strict).await;
+    h2.reconcile().await;
+    let (status, _, message) = h2.condition("PlanValid").await;
+    assert!(
+        status == "False" && message.contains("spec.tables.deleteAdopted"),
+        "{message}"
+    );
+
+    // A table another cluster has just created (tagged with its uid, not yet marked) is not
+    // taken even with consent: the creator's next pass must find it as it left it.
+    let other = unique("racer");
+    create_roles(&other).await;
+    let raced = format!("{NS}.{other}-registry");
+    create_lake_table(&raced, "pk", ("sk", ScalarAttributeType::S)).await;
+    let ddb = dynamodb().await;
+    let arn = ddb
+        .describe_table()
+        .table_name(&raced)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap()
+        .table_arn
+        .unwrap();
+    ddb.tag_resource()
+        .resource_arn(&arn)
+        .tags(
+            aws_sdk_dynamodb::types::Tag::builder()
+                .key(TAG_CLUSTER_UID)
+                .value("the-creators-uid")
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let h3 = harness(cluster_yaml(&other, "")).await;
+    assert_eq!(h3.reconcile().await, Action::await_change());
+    let (_, reason, message) = h3.condition("TablesReady").await;
+    assert_eq!(reason, "MarkerConflict", "{message}");
+    assert!(message.contains("the-creators-uid"), "{message}");
+    assert_eq!(
+        item_count(&raced).await,
+        0,
+        "a marker was written on the raced table"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -176,7 +275,7 @@ async fn deletion_with_an_invalid_spec_is_reported() {
     create_roles(&name).await;
     let h = harness(cluster_yaml(&name, "  deletionPolicy: Delete\n")).await;
     h.reconcile().await;
-    let manifests = format!("{NS}-{name}-manifests");
+    let manifests = format!("{NS}.{name}-manifests");
     assert!(table_exists(&manifests).await);
 
     // The spec turns invalid (an API server without the CRD's schema lets it through), then
@@ -238,7 +337,7 @@ async fn namespace_cannot_widen_iam_beyond_the_allowlist() {
         .unwrap()
     };
     type Edit = fn(&mut LakeCluster, &str);
-    let cases: [(&str, Edit, &str); 8] = [
+    let cases: [(&str, Edit, &str); 9] = [
         (
             "another team's role",
             |c, _| c.spec.iam.as_mut().unwrap().query_role = "payments-admin".into(),
@@ -265,6 +364,14 @@ async fn namespace_cannot_widen_iam_beyond_the_allowlist() {
             "spec.storage.s3.prefix",
         ),
         (
+            "a role ARN with a wildcard account",
+            |c, name| {
+                c.spec.iam.as_mut().unwrap().query_role =
+                    format!("arn:aws:iam::*:role/{name}-query-role")
+            },
+            "spec.iam.queryRole",
+        ),
+        (
             "one role by name and by ARN",
             |c, name| {
                 c.spec.iam.as_mut().unwrap().metadata_role =
@@ -281,8 +388,9 @@ async fn namespace_cannot_widen_iam_beyond_the_allowlist() {
             "spec.iam.queryRole",
         ),
         (
+            // Run with an empty allowlist (below): the namespace has no entry.
             "a namespace the allowlist does not name",
-            |c, _| c.metadata.namespace = Some(NS.into()),
+            |_, _| {},
             "spec.iam.manage",
         ),
     ];
@@ -334,6 +442,35 @@ async fn namespace_cannot_widen_iam_beyond_the_allowlist() {
     h.reconcile().await;
     assert_eq!(h.condition("PoliciesReady").await.0, "True");
     assert!(has_policy(&format!("{name}-query-role"), &name).await);
+    assert!(has_policy(&format!("{name}-metadata-role"), &name).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_dropped_from_the_spec_loses_its_grant() {
+    let name = unique("swap");
+    create_roles(&name).await;
+    super::reconcile::create_role(&format!("{name}-new-query-role")).await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    h.reconcile().await;
+    let old = format!("{name}-query-role");
+    assert!(has_policy(&old, &name).await);
+    h.patch_spec(json!({"iam": {"queryRole": format!("{name}-new-query-role")}}))
+        .await;
+    h.reconcile().await;
+    assert!(has_policy(&format!("{name}-new-query-role"), &name).await);
+    assert!(
+        !has_policy(&old, &name).await,
+        "the old role kept its grant"
+    );
+    // Converged: the revocation is not repeated (reads only).
+    let recording = moto().start_recording();
+    h.reconcile().await;
+    let log = recording.stop();
+    let written: Vec<_> = writes(&requests_signed_by(&log, &h.key))
+        .into_iter()
+        .cloned()
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

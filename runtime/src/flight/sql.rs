@@ -17,7 +17,11 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use tonic::Status;
 
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::object_store::ObjectStoreRegistry;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::dml::InsertOp;
 
 use super::cancel::YieldAboveEveryOperator;
 use super::catalog::{CATALOG, LakeCatalog};
@@ -62,14 +66,45 @@ pub enum Planned {
     Write(Write),
 }
 
+/// DataFusion's object-store registry in lake sessions: empty, and nothing can be added.
+/// Lance tables bring their own store; DataFusion's default registry would serve `file://` to
+/// `COPY … TO`, `CREATE EXTERNAL TABLE` and every file-reading path — the whole disk.
+#[derive(Debug)]
+struct NoObjectStores;
+
+impl ObjectStoreRegistry for NoObjectStores {
+    fn register_store(
+        &self,
+        _url: &url::Url,
+        _store: Arc<dyn datafusion::object_store::ObjectStore>,
+    ) -> Option<Arc<dyn datafusion::object_store::ObjectStore>> {
+        None
+    }
+
+    fn get_store(
+        &self,
+        url: &url::Url,
+    ) -> datafusion::error::Result<Arc<dyn datafusion::object_store::ObjectStore>> {
+        Err(DataFusionError::Plan(format!(
+            "{} is outside the lake: SQL reaches only lake tables (files go through the managed stage)",
+            url.scheme()
+        )))
+    }
+}
+
 /// A DataFusion session over `engine`'s warehouse, catalog `lake`.
 pub async fn session(engine: &Engine) -> Result<SessionContext, Status> {
     let config = SessionConfig::new()
         .with_default_catalog_and_schema(CATALOG, "default")
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true);
+    let runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(NoObjectStores))
+        .build_arc()
+        .map_err(status)?;
     let state = SessionStateBuilder::new()
         .with_config(config)
+        .with_runtime_env(runtime)
         .with_default_features()
         .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator))
         .build();
@@ -132,6 +167,62 @@ fn table_ref(name: &TableReference) -> Result<TableRef, Status> {
         NamespaceName::parse(schema).map_err(|e| Status::invalid_argument(e.to_string()))?;
     let table = TableName::parse(table).map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok(TableRef::new(namespace, table))
+}
+
+/// Refused on every endpoint: the managed stage is the only file interface.
+fn outside_the_lake(what: &str) -> Status {
+    Status::permission_denied(format!(
+        "{what} outside the lake and is refused on every endpoint; the managed stage is the only \
+         file interface (COPY INTO <table> FROM '<stage path>' to load, lake stage get to fetch)"
+    ))
+}
+
+/// A read must not hold a write anywhere in its tree: EXPLAIN ANALYZE runs the plan it wraps,
+/// and subqueries are plans too. Writes run only as top-level statements, where they are
+/// classified (and refused on the query endpoint).
+fn refuse_nested_writes(plan: &LogicalPlan) -> Result<(), Status> {
+    let mut found: Option<Status> = None;
+    let _ = plan.apply_with_subqueries(|node| {
+        found = match node {
+            LogicalPlan::Copy(_) => Some(outside_the_lake("COPY … TO writes files")),
+            LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_)) => {
+                Some(outside_the_lake("CREATE EXTERNAL TABLE reads files"))
+            }
+            LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) => {
+                Some(Status::permission_denied(
+                    "a write or statement inside EXPLAIN ANALYZE or a subquery is refused: send \
+                     writes as statements of their own to the metadata endpoint",
+                ))
+            }
+            _ => None,
+        };
+        Ok(if found.is_some() {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    found.map_or(Ok(()), Err)
+}
+
+/// `CREATE SCHEMA [lake.]<name>`: another catalog is an error, never silently dropped.
+fn schema_name(name: &str) -> Result<NamespaceName, Status> {
+    let parts: Vec<&str> = name.split('.').collect();
+    let schema = match parts.as_slice() {
+        [schema] => schema,
+        [catalog, schema] if *catalog == CATALOG => schema,
+        [catalog, _] => {
+            return Err(Status::not_found(format!(
+                "catalog {catalog:?} does not exist; lake serves catalog {CATALOG:?}"
+            )));
+        }
+        _ => {
+            return Err(Status::invalid_argument(format!(
+                "{name:?} is not a schema name: write <schema> or {CATALOG}.<schema>"
+            )));
+        }
+    };
+    NamespaceName::parse(schema).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 /// Numbers `?` placeholders `$1`, `$2`, … in order (DataFusion binds positional parameters only).
@@ -213,13 +304,37 @@ pub async fn plan(
         ));
     }
     Ok(match plan {
+        LogicalPlan::Copy(_) => return Err(outside_the_lake("COPY … TO writes files")),
+        LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_)) => {
+            return Err(outside_the_lake("CREATE EXTERNAL TABLE reads files"));
+        }
         LogicalPlan::Ddl(DdlStatement::CreateCatalogSchema(c)) => {
-            let name = c.schema_name.rsplit('.').next().unwrap_or_default();
             Planned::Write(Write::CreateSchema {
-                namespace: NamespaceName::parse(name)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
+                namespace: schema_name(&c.schema_name)?,
                 if_not_exists: c.if_not_exists,
             })
+        }
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) if c.or_replace => {
+            return Err(Status::unimplemented(
+                "CREATE OR REPLACE TABLE is not supported: DROP TABLE, then CREATE TABLE",
+            ));
+        }
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) if c.temporary => {
+            return Err(Status::unimplemented(
+                "CREATE TEMPORARY TABLE is not supported: every lake table is durable",
+            ));
+        }
+        LogicalPlan::Dml(DmlStatement {
+            op: WriteOp::Insert(op @ (InsertOp::Overwrite | InsertOp::Replace)),
+            ..
+        }) => {
+            let clause = match op {
+                InsertOp::Overwrite => "INSERT OVERWRITE",
+                _ => "REPLACE INTO",
+            };
+            return Err(Status::unimplemented(format!(
+                "{clause} is not supported (it would not append): DELETE, then INSERT INTO"
+            )));
         }
         LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
             let schema: SchemaRef = Arc::new(c.input.schema().as_arrow().clone());
@@ -253,7 +368,7 @@ pub async fn plan(
         LogicalPlan::Statement(_) => {
             return Err(Status::unimplemented(format!("not supported: {sql}")));
         }
-        read => Planned::Read(match params {
+        read => Planned::Read(match refuse_nested_writes(&read).and(Ok(params))? {
             Some(values) => read.with_param_values(values).map_err(status)?,
             None => read,
         }),

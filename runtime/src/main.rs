@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use lake_common::config::RuntimeConfig;
@@ -36,9 +37,20 @@ enum Command {
         query_addr: SocketAddr,
         #[arg(long, default_value = "127.0.0.1:8816")]
         metadata_addr: SocketAddr,
-        /// Require one of the bearer tokens in this file (one per line) on every call.
-        #[arg(long)]
+        /// Require one of the bearer tokens in this file (one per line) on every call to the
+        /// query endpoint.
+        #[arg(long, requires = "metadata_token_file")]
+        query_token_file: Option<PathBuf>,
+        /// The same for the metadata endpoint; no token may be in both files (a read token
+        /// must never write).
+        #[arg(long, requires = "query_token_file")]
+        metadata_token_file: Option<PathBuf>,
+        /// Removed: one token set for both endpoints let a read token write.
+        #[arg(long, hide = true)]
         token_file: Option<PathBuf>,
+        /// After SIGTERM or SIGINT, how long calls in flight may take to finish (seconds).
+        #[arg(long, default_value_t = 25)]
+        shutdown_grace: u64,
         /// Serve TLS with this PEM certificate chain (needs --tls-key).
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -96,7 +108,14 @@ fn main() -> ExitCode {
     if let Command::Plan = command {
         return plan();
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // Deep (but accepted) expressions are walked recursively by DataFusion: worker stacks of
+    // 64 MiB (address space; only what is used is committed) leave a wide margin under
+    // `MAX_EXPRESSION_DEPTH` even in a debug build, where frames are largest.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(WORKER_STACK)
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
     };
@@ -106,10 +125,21 @@ fn main() -> ExitCode {
                 data,
                 query_addr,
                 metadata_addr,
+                query_token_file,
+                metadata_token_file,
                 token_file,
+                shutdown_grace,
                 tls_cert,
                 tls_key,
             } => {
+                if token_file.is_some() {
+                    return Err(
+                        "lake local --token-file is gone (one token set let a read token \
+                                write): give each endpoint its own with --query-token-file and \
+                                --metadata-token-file"
+                            .into(),
+                    );
+                }
                 let tls = match (tls_cert, tls_key) {
                     (Some(cert), Some(key)) => match Tls::from_files(&cert, &key) {
                         Ok(tls) => Some(tls),
@@ -117,7 +147,20 @@ fn main() -> ExitCode {
                     },
                     _ => None,
                 };
-                local(&data, query_addr, metadata_addr, token_file.as_deref(), tls).await
+                let tokens = LocalTokens {
+                    query: tokens(query_token_file.as_deref())?,
+                    metadata: tokens(metadata_token_file.as_deref())?,
+                };
+                if let (Some(q), Some(m)) = (&tokens.query, &tokens.metadata)
+                    && q.overlaps(m)
+                {
+                    return Err("a token is in both --query-token-file and \
+                                --metadata-token-file: a query token must never be valid for \
+                                writes"
+                        .into());
+                }
+                let shutdown = flight::Shutdown::on_signals(Duration::from_secs(shutdown_grace));
+                local(&data, query_addr, metadata_addr, tokens, tls, shutdown).await
             }
             Command::Serve => serve().await,
             Command::Sql {
@@ -172,11 +215,16 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-async fn shutdown_signal() {
-    // If the signal handler cannot be installed, run until killed.
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
-    }
+const WORKER_STACK: usize = 64 * 1024 * 1024;
+
+/// How long a pod's calls in flight may take after SIGTERM: within Kubernetes' default 30 s
+/// termination grace period.
+const SERVE_GRACE: Duration = Duration::from_secs(25);
+
+/// Each local endpoint's tokens.
+struct LocalTokens {
+    query: Option<Tokens>,
+    metadata: Option<Tokens>,
 }
 
 fn tokens(file: Option<&Path>) -> Result<Option<Tokens>, String> {
@@ -189,10 +237,10 @@ async fn local(
     data: &Path,
     query_addr: SocketAddr,
     metadata_addr: SocketAddr,
-    token_file: Option<&Path>,
+    tokens: LocalTokens,
     tls: Option<Tls>,
+    shutdown: flight::Shutdown,
 ) -> Result<(), String> {
-    let tokens = tokens(token_file)?;
     let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
     std::fs::create_dir_all(data).map_err(|e| format!("cannot create {}: {e}", data.display()))?;
     let data = data
@@ -252,11 +300,11 @@ async fn local(
         flight::serve(
             metadata_bound,
             metadata_role,
-            tokens.clone(),
+            tokens.metadata,
             tls.clone(),
-            shutdown_signal()
+            shutdown.clone()
         ),
-        flight::serve(query_bound, query_role, tokens, tls, shutdown_signal()),
+        flight::serve(query_bound, query_role, tokens.query, tls, shutdown),
     );
     a.and(b).map_err(|e| format!("serving failed: {e}"))
 }
@@ -303,9 +351,15 @@ async fn serve() -> Result<(), String> {
         let _ = writeln!(out, "{} {scheme}://{}", config.plan.role(), bound.addr)
             .and_then(|()| out.flush());
     }
-    flight::serve(bound, role, tokens, tls, shutdown_signal())
-        .await
-        .map_err(|e| format!("serving failed: {e}"))
+    flight::serve(
+        bound,
+        role,
+        tokens,
+        tls,
+        flight::Shutdown::on_signals(SERVE_GRACE),
+    )
+    .await
+    .map_err(|e| format!("serving failed: {e}"))
 }
 
 fn plan() -> ExitCode {

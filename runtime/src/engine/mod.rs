@@ -37,6 +37,8 @@ pub enum EngineError {
         #[source]
         source: lance::Error,
     },
+    #[error("table {0} cannot be read: its Lance metadata is damaged")]
+    Corrupt(TableRef),
     #[error("listing the warehouse: {0}")]
     Listing(#[source] object_store::Error),
     #[error("removing the files of {table}: {detail}")]
@@ -129,7 +131,16 @@ impl Engine {
         if let Some(version) = version {
             builder = builder.with_version(version);
         }
-        builder.load().await.map_err(Self::lance_err("open", table))
+        // Lance trusts what it reads: a corrupt manifest has made it panic (an arithmetic
+        // overflow). One damaged table is an error for that table, never a crash of the call.
+        use futures::FutureExt;
+        match std::panic::AssertUnwindSafe(builder.load())
+            .catch_unwind()
+            .await
+        {
+            Ok(loaded) => loaded.map_err(Self::lance_err("open", table)),
+            Err(_) => Err(EngineError::Corrupt(table.clone())),
+        }
     }
 
     /// Every version of a table, oldest first.
@@ -236,6 +247,9 @@ impl WriteEngine {
     ) -> Result<Committed, EngineError> {
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let _guard = self.lock(table).await;
+        // Under the lock, so a DROP that got it first is seen: Lance's Append on a missing
+        // dataset creates one, which would bring a dropped table back, unregistered.
+        self.engine.open(table, None).await?;
         let uri = self.engine.warehouse.uri(table);
         let params = self.engine.write_params(table, WriteMode::Append);
         // Data files first (no commit), then the commit with our retry budget.

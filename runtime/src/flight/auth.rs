@@ -38,6 +38,11 @@ impl std::fmt::Debug for Tokens {
 }
 
 impl Tokens {
+    /// Whether a token of `self` is also one of `other`'s (a read token must never write).
+    pub fn overlaps(&self, other: &Tokens) -> bool {
+        self.0.iter().any(|t| other.0.contains(t))
+    }
+
     pub fn from_file(path: &Path) -> Result<Self, TokenFileError> {
         let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
             path: path.display().to_string(),

@@ -101,11 +101,50 @@ impl SchemaProvider for NamespaceSchema {
                 false,
             )))),
             Err(EngineError::NotFound(_)) => Ok(None),
-            Err(e) => Err(DataFusionError::External(Box::new(e))),
+            // One unreadable dataset must not fail information_schema (which opens every
+            // table) for all the others: it shows no columns, and reading it says why.
+            Err(e) => {
+                tracing::warn!(table = %table, error = %e, "a table cannot be opened");
+                Ok(Some(Arc::new(Unreadable {
+                    table: table.to_string(),
+                    reason: e.to_string(),
+                })))
+            }
         }
     }
 
     fn table_exist(&self, name: &str) -> bool {
         self.tables.iter().any(|t| t.as_str() == name)
+    }
+}
+
+/// A table whose dataset cannot be opened: listed, without columns; scanning it is the error.
+#[derive(Debug)]
+struct Unreadable {
+    table: String,
+    reason: String,
+}
+
+#[async_trait]
+impl TableProvider for Unreadable {
+    fn schema(&self) -> arrow::datatypes::SchemaRef {
+        Arc::new(arrow::datatypes::Schema::empty())
+    }
+
+    fn table_type(&self) -> datafusion::logical_expr::TableType {
+        datafusion::logical_expr::TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn datafusion::catalog::Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[datafusion::logical_expr::Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>, DataFusionError> {
+        Err(DataFusionError::Execution(format!(
+            "table {} cannot be read: {}",
+            self.table, self.reason
+        )))
     }
 }

@@ -1,10 +1,15 @@
 //! Arrow Flight SQL endpoints of the query and metadata roles.
 
 mod auth;
+mod bounded;
 mod cancel;
 mod catalog;
 mod copy;
+mod depth;
+mod handle;
 mod info;
+mod ingress;
+mod redact;
 mod service;
 mod sql;
 mod surface;
@@ -19,8 +24,11 @@ use tokio::net::TcpListener;
 pub use auth::{TokenFileError, Tokens};
 pub use service::{LakeFlightSql, Role};
 
-/// Inbound message limit: DoPut carries data, larger than tonic's 4 MiB default.
-const MAX_DECODING: usize = 256 * 1024 * 1024;
+/// Inbound message limit on metadata: DoPut carries data, larger than tonic's 4 MiB default.
+pub(crate) const MAX_DECODING: usize = 256 * 1024 * 1024;
+/// Inbound message limit on query, which takes no data (commands and bound parameters only):
+/// a large DoPut is refused before it is read into memory.
+const MAX_DECODING_QUERY: usize = 4 * 1024 * 1024;
 
 /// A bound listener, ready to serve.
 pub struct Bound {
@@ -58,44 +66,101 @@ impl Tls {
     }
 }
 
-/// Serves `role` on `bound` until `shutdown` completes; with `tokens`, every call must present
-/// one of them; with `tls`, only TLS connections are accepted.
+/// A stop request (SIGTERM or SIGINT) seen by every server of the process, and how long calls
+/// in flight may take to finish after it.
+#[derive(Clone)]
+pub struct Shutdown {
+    requested: tokio::sync::watch::Receiver<bool>,
+    pub grace: std::time::Duration,
+}
+
+impl Shutdown {
+    /// Watches SIGTERM (what Kubernetes sends a pod: the runtime is PID 1) and SIGINT.
+    pub fn on_signals(grace: std::time::Duration) -> Self {
+        let (tx, requested) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let term = async {
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(mut term) => {
+                        term.recv().await;
+                    }
+                    // Without a handler, only SIGINT stops the process gracefully.
+                    Err(_) => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = term => {}
+            }
+            tracing::info!(
+                ?grace,
+                "stop requested: refusing new calls, draining calls in flight"
+            );
+            let _ = tx.send(true);
+        });
+        Self { requested, grace }
+    }
+
+    async fn requested(mut self) {
+        let _ = self.requested.wait_for(|stop| *stop).await;
+    }
+}
+
+/// Serves `role` on `bound` until `shutdown` is requested, then lets calls in flight finish for
+/// its grace period; with `tokens`, every call must present one of them; with `tls`, only TLS
+/// connections are accepted.
 pub async fn serve(
     bound: Bound,
     role: Role,
     tokens: Option<Tokens>,
     tls: Option<Tls>,
-    shutdown: impl std::future::Future<Output = ()> + Send,
+    shutdown: Shutdown,
 ) -> Result<(), tonic::transport::Error> {
+    use futures::FutureExt;
     // TCP_NODELAY on every accepted socket: without it Nagle's algorithm holds each response's
     // last small segment until the client's delayed ACK (~40 ms), so every RPC took ~44 ms on
     // loopback. (`Server::tcp_nodelay` only applies to listeners tonic binds itself.)
     let incoming =
         tonic::transport::server::TcpIncoming::from(bound.listener).with_nodelay(Some(true));
+    let limit = match role {
+        Role::Query { .. } => MAX_DECODING_QUERY,
+        Role::Metadata(_) => MAX_DECODING,
+    };
     let service = FlightServiceServer::new(surface::LakeFlightService(LakeFlightSql::new(
         role,
         tokens.clone(),
     )))
-    .max_decoding_message_size(MAX_DECODING);
+    .max_decoding_message_size(limit);
     let mut server = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         server =
             server.tls_config(tonic::transport::ServerTlsConfig::new().identity(tls.identity))?;
     }
-    match tokens {
+    let drain = shutdown.clone().requested();
+    let serving = match tokens {
         Some(tokens) => {
             let service =
                 tonic::service::interceptor::InterceptedService::new(service, tokens.interceptor());
             server
                 .add_service(service)
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
+                .serve_with_incoming_shutdown(incoming, drain)
+                .boxed()
         }
-        None => {
-            server
-                .add_service(service)
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
+        None => server
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, drain)
+            .boxed(),
+    };
+    let grace = shutdown.grace;
+    let deadline = async move {
+        shutdown.requested().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        result = serving => result,
+        () = deadline => {
+            tracing::warn!(?grace, "grace period over: stopping with calls still in flight");
+            Ok(())
         }
     }
 }

@@ -28,7 +28,7 @@ use arrow_flight::{
     SchemaResult, Ticket,
 };
 use arrow_flight::{HandshakeRequest, HandshakeResponse};
-use datafusion::common::ScalarValue;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use prost::Message;
@@ -39,6 +39,8 @@ use lake_common::stage::{DESCRIBE_STAGE_ACTION, METADATA_ENDPOINT_ACTION};
 use super::auth::Tokens;
 
 use super::catalog::{CATALOG, LakeCatalog};
+use super::handle::{Handle, HandleCodec, MAX_PARAMS_BYTES, params_to_ipc};
+use super::redact::Redactor;
 use super::sql::{self, Planned, Write};
 use super::wire::{to_wire, wire_schema};
 use crate::catalog::{CatalogError, NamespaceName, TableName};
@@ -66,6 +68,10 @@ pub struct LakeFlightSql {
     sql_info: Arc<SqlInfoData>,
     type_info: Arc<XdbcTypeInfoData>,
     tokens: Option<Tokens>,
+    /// Signs the handles this process gives out; refuses any other.
+    handles: HandleCodec,
+    /// Hides the server's paths from what clients are told.
+    redactor: Redactor,
 }
 
 impl std::fmt::Debug for LakeFlightSql {
@@ -77,68 +83,6 @@ impl std::fmt::Debug for LakeFlightSql {
 }
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
-
-/// A statement handle: the SQL (planned again on DoGet, so servers stay stateless), or the row
-/// count of a write already done at GetFlightInfo (ADBC sends DDL as a query).
-#[derive(Clone, serde::Serialize, serde::Deserialize)]
-enum Handle {
-    Sql(String),
-    /// A prepared statement with bound parameters (one row, as an Arrow IPC stream).
-    Bound {
-        sql: String,
-        params: Vec<u8>,
-    },
-    Done(i64),
-}
-
-fn params_to_ipc(batch: &RecordBatch) -> Result<Vec<u8>, Status> {
-    let mut bytes = Vec::new();
-    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema())
-        .map_err(|e| Status::internal(e.to_string()))?;
-    writer
-        .write(batch)
-        .map_err(|e| Status::internal(e.to_string()))?;
-    writer
-        .finish()
-        .map_err(|e| Status::internal(e.to_string()))?;
-    drop(writer);
-    Ok(bytes)
-}
-
-fn params_from_ipc(bytes: &[u8]) -> Result<Vec<ScalarValue>, Status> {
-    let bad = |e: String| Status::invalid_argument(format!("bad bound parameters: {e}"));
-    let mut reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-        .map_err(|e| bad(e.to_string()))?;
-    let batch = reader
-        .next()
-        .transpose()
-        .map_err(|e| bad(e.to_string()))?
-        .ok_or_else(|| bad("no parameter row".into()))?;
-    batch
-        .columns()
-        .iter()
-        .map(|c| ScalarValue::try_from_array(c, 0).map_err(|e| bad(e.to_string())))
-        .collect()
-}
-
-impl Handle {
-    /// The SQL and bound parameters of a statement handle.
-    fn statement(self) -> Result<(String, Option<Vec<ScalarValue>>), Status> {
-        match self {
-            Handle::Sql(sql) => Ok((sql, None)),
-            Handle::Bound { sql, params } => Ok((sql, Some(params_from_ipc(&params)?))),
-            Handle::Done(_) => Err(Status::invalid_argument("unknown prepared statement")),
-        }
-    }
-}
-
-fn encode_handle(handle: &Handle) -> Vec<u8> {
-    serde_json::to_vec(handle).unwrap_or_default()
-}
-
-fn decode_handle(bytes: &[u8]) -> Result<Handle, Status> {
-    serde_json::from_slice(bytes).map_err(|_| Status::invalid_argument("unknown statement handle"))
-}
 
 /// GetPrimaryKeys' result schema (Flight SQL spec). Lance tables have no primary keys.
 fn primary_keys_schema() -> SchemaRef {
@@ -203,7 +147,21 @@ impl LakeFlightSql {
             sql_info,
             type_info: Arc::new(super::types::xdbc_type_info()),
             tokens,
+            handles: HandleCodec::new(),
+            redactor: Redactor::default(),
         }
+        .with_redactor()
+    }
+
+    fn with_redactor(mut self) -> Self {
+        if let crate::engine::Warehouse::Local(root) = self.engine().warehouse() {
+            self.redactor = Redactor::for_data_dir(root);
+        }
+        self
+    }
+
+    pub(super) fn redactor(&self) -> &Redactor {
+        &self.redactor
     }
 
     fn engine(&self) -> &Engine {
@@ -233,8 +191,19 @@ impl LakeFlightSql {
         sql::session(self.engine()).await
     }
 
-    /// Performs a write; returns affected rows.
+    /// Performs a write to completion, whatever the client does meanwhile: a deadline or a
+    /// disconnect drops this call's future, so the write runs in a task of its own (a
+    /// `CREATE TABLE … AS` stopped half-way left a registered table without a dataset).
+    /// Returns affected rows.
     async fn write(&self, ctx: &SessionContext, write: Write) -> Result<i64, Status> {
+        self.writer()?;
+        let (this, ctx) = (self.clone(), ctx.clone());
+        tokio::spawn(async move { this.write_now(&ctx, write).await })
+            .await
+            .map_err(|e| Status::internal(format!("the write failed inside the server: {e}")))?
+    }
+
+    async fn write_now(&self, ctx: &SessionContext, write: Write) -> Result<i64, Status> {
         let metadata = self.writer()?;
         match write {
             Write::CreateSchema {
@@ -310,7 +279,7 @@ impl LakeFlightSql {
             Planned::Write(write) => (rows_schema(), Handle::Done(self.write(&ctx, write).await?)),
         };
         let ticket = TicketStatementQuery {
-            statement_handle: encode_handle(&handle).into(),
+            statement_handle: self.handles.encode(&handle).into(),
         };
         let endpoint =
             FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
@@ -349,7 +318,7 @@ impl LakeFlightSql {
                 self.statement_schema(Handle::Sql(query.query)).await?
             }
             Command::CommandPreparedStatementQuery(query) => {
-                self.statement_schema(decode_handle(&query.prepared_statement_handle)?)
+                self.statement_schema(self.handles.decode(&query.prepared_statement_handle)?)
                     .await?
             }
             Command::CommandGetCatalogs(_)
@@ -378,7 +347,7 @@ impl LakeFlightSql {
     }
 
     async fn stream_handle(&self, handle: &[u8]) -> Result<Response<DoGetStream>, Status> {
-        match decode_handle(handle)? {
+        match self.handles.decode(handle)? {
             Handle::Done(rows) => {
                 let schema = rows_schema();
                 let batch = RecordBatch::try_new(
@@ -399,15 +368,33 @@ impl LakeFlightSql {
                         "a write cannot be fetched; it ran when planned",
                     ));
                 };
+                let unbound = plan.get_parameter_fields().map_err(sql::status)?;
+                if !unbound.is_empty() {
+                    let mut names: Vec<&String> = unbound.keys().collect();
+                    names.sort();
+                    return Err(Status::invalid_argument(format!(
+                        "the statement has parameters {names:?} and none were bound: bind one \
+                         row of values (a prepared statement's DoPut)"
+                    )));
+                }
                 let schema = wire_schema(plan.schema().as_arrow());
+                // EXPLAIN's text names table locations: the server's paths are hidden in it.
+                let explain = matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_));
+                let redactor = self.redactor.clone();
                 let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
                 // Dropping the response stream drops this DataFusion stream: the work stops.
                 let batches = frame.execute_stream().await.map_err(sql::status)?;
                 let target = schema.clone();
                 let wire = batches
-                    .map_err(|e| arrow_flight::error::FlightError::ExternalError(Box::new(e)))
+                    // The gRPC code of what failed (RESOURCE_EXHAUSTED, …), not INTERNAL.
+                    .map_err(|e| arrow_flight::error::FlightError::Tonic(Box::new(sql::status(e))))
                     .and_then(move |batch| {
                         let target = target.clone();
+                        let batch = if explain {
+                            redactor.batch(batch)
+                        } else {
+                            batch
+                        };
                         async move {
                             to_wire(batch, &target).map_err(arrow_flight::error::FlightError::from)
                         }
@@ -450,13 +437,13 @@ impl LakeFlightSql {
         let (if_missing, if_exists) = (options.if_not_exist(), options.if_exists());
 
         let mut stream = FlightRecordBatchStream::new_from_flight_data(
-            data.map_err(arrow_flight::error::FlightError::from),
+            super::ingress::checked(data).map_err(arrow_flight::error::FlightError::from),
         );
         let mut batches = Vec::new();
         while let Some(batch) = stream
             .try_next()
             .await
-            .map_err(|e| Status::invalid_argument(format!("bad ingest data: {e}")))?
+            .map_err(|e| decode_status("bad ingest data", e))?
         {
             batches.push(batch);
         }
@@ -539,6 +526,39 @@ impl LakeFlightSql {
 
 type FlightBatches =
     futures::stream::BoxStream<'static, Result<RecordBatch, arrow_flight::error::FlightError>>;
+
+/// A refusal from the transport or the ingress check keeps its code; anything else is the
+/// client's bad data.
+fn decode_status(what: &str, e: arrow_flight::error::FlightError) -> Status {
+    match e {
+        arrow_flight::error::FlightError::Tonic(status) => *status,
+        other => Status::invalid_argument(format!("{what}: {other}")),
+    }
+}
+
+/// The parameter batches a client sends with DoPut: every message checked before decoding, and
+/// no more than [`MAX_PARAMS_BYTES`] of them held.
+async fn parameters(data: PeekableFlightDataStream) -> Result<Vec<RecordBatch>, Status> {
+    let mut stream = FlightRecordBatchStream::new_from_flight_data(
+        super::ingress::checked(data).map_err(arrow_flight::error::FlightError::from),
+    );
+    let mut batches = Vec::new();
+    let mut held = 0;
+    while let Some(batch) = stream
+        .try_next()
+        .await
+        .map_err(|e| decode_status("bad parameters", e))?
+    {
+        held += batch.get_array_memory_size();
+        if held > MAX_PARAMS_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "bound parameters exceed {MAX_PARAMS_BYTES} bytes"
+            )));
+        }
+        batches.push(batch);
+    }
+    Ok(batches)
+}
 
 fn encode(schema: SchemaRef, batches: FlightBatches) -> DoGetStream {
     FlightDataEncoderBuilder::new()
@@ -668,8 +688,16 @@ impl FlightSqlService for LakeFlightSql {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let metadata = self.writer()?;
-        self.ingest(metadata, command, request.into_inner()).await
+        // Refused before a byte of data is read on the query endpoint.
+        self.writer()?;
+        // Like every write, it runs to completion in its own task (see `write`).
+        let (this, data) = (self.clone(), request.into_inner());
+        tokio::spawn(async move {
+            let metadata = this.writer()?;
+            this.ingest(metadata, command, data).await
+        })
+        .await
+        .map_err(|e| Status::internal(format!("the ingest failed inside the server: {e}")))?
     }
 
     async fn do_put_prepared_statement_update(
@@ -678,20 +706,16 @@ impl FlightSqlService for LakeFlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         self.writer()?;
-        let bound: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
-            request
-                .into_inner()
-                .map_err(arrow_flight::error::FlightError::from),
-        )
-        .try_collect()
-        .await
-        .map_err(|e| Status::invalid_argument(format!("bad parameters: {e}")))?;
+        let bound = parameters(request.into_inner()).await?;
         if bound.iter().any(|b| b.num_rows() > 0) {
             return Err(Status::unimplemented(
                 "parameterised writes are not supported yet; inline the values",
             ));
         }
-        let (sql, params) = decode_handle(&command.prepared_statement_handle)?.statement()?;
+        let (sql, params) = self
+            .handles
+            .decode(&command.prepared_statement_handle)?
+            .statement()?;
         let ctx = self.session().await?;
         match sql::plan(&ctx, &sql, params).await? {
             Planned::Write(write) => self.write(&ctx, write).await,
@@ -718,7 +742,7 @@ impl FlightSqlService for LakeFlightSql {
             .try_into()
             .map_err(|e: arrow::error::ArrowError| Status::internal(e.to_string()))?;
         Ok(ActionCreatePreparedStatementResult {
-            prepared_statement_handle: encode_handle(&Handle::Sql(query.query)).into(),
+            prepared_statement_handle: self.handles.encode(&Handle::Sql(query.query)).into(),
             dataset_schema,
             parameter_schema: Default::default(),
         })
@@ -729,15 +753,11 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
-        let (sql, _) = decode_handle(&query.prepared_statement_handle)?.statement()?;
-        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
-            request
-                .into_inner()
-                .map_err(arrow_flight::error::FlightError::from),
-        )
-        .try_collect()
-        .await
-        .map_err(|e| Status::invalid_argument(format!("bad parameters: {e}")))?;
+        let (sql, _) = self
+            .handles
+            .decode(&query.prepared_statement_handle)?
+            .statement()?;
+        let batches = parameters(request.into_inner()).await?;
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
         let handle = match (rows, batches.into_iter().find(|b| b.num_rows() > 0)) {
             (0, _) | (_, None) => Handle::Sql(sql),
@@ -752,7 +772,7 @@ impl FlightSqlService for LakeFlightSql {
             }
         };
         Ok(DoPutPreparedStatementResult {
-            prepared_statement_handle: Some(encode_handle(&handle).into()),
+            prepared_statement_handle: Some(self.handles.encode(&handle).into()),
         })
     }
 
@@ -833,7 +853,7 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let handle = decode_handle(&query.prepared_statement_handle)?;
+        let handle = self.handles.decode(&query.prepared_statement_handle)?;
         Ok(Response::new(
             self.statement_info(handle, request.into_inner()).await?,
         ))
@@ -950,8 +970,14 @@ impl FlightSqlService for LakeFlightSql {
                             .map_err(|e| Status::internal(e.to_string()))?,
                         table.clone(),
                     );
-                    let dataset = self.engine().open(&t, None).await.map_err(engine_status)?;
-                    wire_schema(&Schema::from(dataset.schema()))
+                    match self.engine().open(&t, None).await {
+                        Ok(dataset) => wire_schema(&Schema::from(dataset.schema())),
+                        // Listed without columns: one unreadable dataset must not hide the rest.
+                        Err(e) => {
+                            tracing::warn!(table = %t, error = %e, "a table cannot be opened");
+                            Arc::new(Schema::empty())
+                        }
+                    }
                 } else {
                     Arc::new(Schema::empty())
                 };

@@ -109,6 +109,7 @@ pub async fn session(engine: &Engine) -> Result<SessionContext, Status> {
         .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator))
         .build();
     let ctx = SessionContext::new_with_state(state);
+    super::bounded::register(&ctx);
     let catalog = LakeCatalog::load(engine)
         .await
         .map_err(|e| Status::unavailable(format!("cannot list the warehouse: {e}")))?;
@@ -135,6 +136,7 @@ fn status_of(e: &DataFusionError) -> Status {
         DataFusionError::Plan(msg) => Status::invalid_argument(msg.clone()),
         DataFusionError::SchemaError(e, _) => Status::invalid_argument(e.to_string()),
         DataFusionError::NotImplemented(msg) => Status::unimplemented(msg.clone()),
+        DataFusionError::ResourcesExhausted(msg) => Status::resource_exhausted(msg.clone()),
         other => Status::internal(other.to_string()),
     }
 }
@@ -258,6 +260,7 @@ pub async fn plan(
     sql: &str,
     params: Option<Vec<ScalarValue>>,
 ) -> Result<Planned, Status> {
+    super::depth::check(sql)?;
     if let Some(copy) = super::copy::parse(sql) {
         if params.is_some() {
             return Err(Status::unimplemented(
@@ -362,7 +365,7 @@ pub async fn plan(
             table: table_ref(&table_name)?,
             rows: input.as_ref().clone(),
         }),
-        LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => {
+        LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) => {
             return Err(Status::unimplemented(format!("not supported: {sql}")));
         }
         LogicalPlan::Statement(_) => {

@@ -1,4 +1,4 @@
-"""Authentication against `lake local --token-file`: usage auth_suite.py QUERY_URL TOKEN."""
+"""Authentication against `lake local --query-token-file`: usage auth_suite.py QUERY_URL TOKEN."""
 
 import sys
 

@@ -120,10 +120,20 @@ fn lake_sql_prints_every_format_and_clear_errors() {
 #[test]
 fn tokens_are_required_when_configured() {
     let secrets = tempfile::tempdir().unwrap();
-    let token_file = secrets.path().join("tokens");
+    let (query_file, metadata_file) = (
+        secrets.path().join("query-tokens"),
+        secrets.path().join("metadata-tokens"),
+    );
     let token = "t0k3n-for-tests";
-    std::fs::write(&token_file, format!("# lake clients\n{token}\n")).unwrap();
-    let lake = LocalLake::start_with(&["--token-file", token_file.to_str().unwrap()]);
+    let writer = "wr1t3r-t0k3n";
+    std::fs::write(&query_file, format!("# lake clients\n{token}\n")).unwrap();
+    std::fs::write(&metadata_file, format!("{writer}\n")).unwrap();
+    let lake = LocalLake::start_with(&[
+        "--query-token-file",
+        query_file.to_str().unwrap(),
+        "--metadata-token-file",
+        metadata_file.to_str().unwrap(),
+    ]);
 
     let (ok, stdout, stderr) = python(&["runtime/tests/it/auth_suite.py", &lake.query, token]);
     assert!(ok, "auth suite failed:\n{stdout}\n{stderr}");
@@ -139,6 +149,36 @@ fn tokens_are_required_when_configured() {
         lake_sql_with(&lake.query, "SELECT 1 AS one", "csv", &["--token", token]);
     assert!(ok, "{stderr}");
     assert_eq!(stdout, "one\n1\n");
+
+    // Each endpoint its own tokens: the read token is refused where writes happen.
+    let create = "CREATE SCHEMA by_reader";
+    let (ok, _, stderr) = lake_sql_with(&lake.metadata, create, "csv", &["--token", token]);
+    assert!(!ok && stderr.contains("Unauthenticated"), "{stderr}");
+    let (ok, _, stderr) = lake_sql_with(&lake.metadata, create, "csv", &["--token", writer]);
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = lake_sql_with(&lake.query, "SELECT 1", "csv", &["--token", writer]);
+    assert!(!ok && stderr.contains("Unauthenticated"), "{stderr}");
+
+    // One token in both files is refused at start, and so is the old shared --token-file.
+    for args in [
+        vec![
+            "--query-token-file",
+            query_file.to_str().unwrap(),
+            "--metadata-token-file",
+            query_file.to_str().unwrap(),
+        ],
+        vec!["--token-file", query_file.to_str().unwrap()],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lake"))
+            .args(["local", "--data"])
+            .arg(secrets.path().join("never"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(stderr.contains("--metadata-token-file"), "{stderr}");
+    }
 }
 
 const READ_ALL: &str = r#"

@@ -7,6 +7,7 @@ mod authority;
 mod concurrency;
 mod contexts;
 mod flight;
+mod hostile_clients;
 mod interop;
 mod manifest;
 mod plan;

@@ -1,0 +1,241 @@
+//! Hostile and careless clients against a real `lake local`: nothing written outside the rules,
+//! the server never taken down, nothing half-done left behind. The SQL-level cases run as a
+//! Python peer (real ADBC and raw pyarrow.flight, `hostile_suite.py`); what needs raw bytes or
+//! process control is here.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::sql::{CommandStatementIngest, ProstMessageExt};
+use arrow_flight::{FlightData, FlightDescriptor};
+use lake_testkit::python;
+use prost::Message;
+
+use crate::support::LocalLake;
+
+fn lake_sql(endpoint: &str, sql: &str) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args(["sql", endpoint, sql, "--format", "csv"])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn sql_ok(endpoint: &str, sql: &str) -> String {
+    let (ok, stdout, stderr) = lake_sql(endpoint, sql);
+    assert!(ok, "{sql}: {stderr}");
+    stdout
+}
+
+#[test]
+fn hostile_clients_sql_handles_and_paths() {
+    let lake = LocalLake::start();
+    let outside = tempfile::tempdir().unwrap();
+    let data = lake.dir.path().canonicalize().unwrap();
+    let (ok, stdout, stderr) = python(&[
+        "runtime/tests/it/hostile_suite.py",
+        &lake.query,
+        &lake.metadata,
+        data.to_str().unwrap(),
+        outside.path().to_str().unwrap(),
+    ]);
+    assert!(ok, "hostile suite failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    assert!(
+        std::fs::read_dir(outside.path()).unwrap().next().is_none(),
+        "a file appeared outside the lake"
+    );
+}
+
+/// A compressed Arrow IPC body whose first buffer declares `declared` uncompressed bytes.
+fn forged_ingest(declared: i64) -> Vec<FlightData> {
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![std::sync::Arc::new(Int64Array::from_iter_values(0..1024))],
+    )
+    .unwrap();
+    let options = arrow::ipc::writer::IpcWriteOptions::default()
+        .try_with_compression(Some(arrow::ipc::CompressionType::LZ4_FRAME))
+        .unwrap();
+    let (_, encoded) = arrow::ipc::writer::IpcDataGenerator::default()
+        .encode(
+            &batch,
+            &mut arrow::ipc::writer::DictionaryTracker::new(false),
+            &options,
+            &mut Default::default(),
+        )
+        .unwrap();
+    let mut data: FlightData = encoded.into();
+    // The first buffer holding data starts with its declared uncompressed length.
+    let message = arrow::ipc::root_as_message(&data.data_header).unwrap();
+    let buffers = message.header_as_record_batch().unwrap().buffers().unwrap();
+    let first = buffers.iter().find(|b| b.length() >= 8).unwrap();
+    let at = first.offset() as usize;
+    let mut body = data.data_body.to_vec();
+    body[at..at + 8].copy_from_slice(&declared.to_le_bytes());
+    data.data_body = body.into();
+    let command = CommandStatementIngest {
+        table: "t".into(),
+        schema: Some("sales".into()),
+        table_definition_options: None,
+        ..Default::default()
+    };
+    let descriptor = FlightDescriptor::new_cmd(command.as_any().encode_to_vec());
+    let schema_data: FlightData = arrow_flight::SchemaAsIpc::new(&schema, &options).into();
+    vec![schema_data.with_descriptor(descriptor), data]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_clients_compressed_ipc_cannot_exhaust_memory() {
+    let lake = LocalLake::start();
+    sql_ok(&lake.metadata, "CREATE SCHEMA sales");
+    let channel =
+        tonic::transport::Endpoint::from_shared(lake.metadata.replace("grpc://", "http://"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut client = FlightServiceClient::new(channel);
+    // 2^45 bytes: arrow would try to allocate it before decompressing and abort the process.
+    let refused = client
+        .do_put(futures::stream::iter(forged_ingest(1 << 45)))
+        .await;
+    let status = match refused {
+        Err(status) => status,
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            loop {
+                match stream.message().await {
+                    Err(status) => break status,
+                    Ok(Some(_)) => continue,
+                    Ok(None) => panic!("the forged ingest was accepted"),
+                }
+            }
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+    assert!(status.message().contains("decompressed"), "{status}");
+    // The server is up, and nothing was created.
+    assert_eq!(sql_ok(&lake.query, "SELECT 1 AS one"), "one\n1\n");
+    let (ok, _, stderr) = lake_sql(&lake.query, "SELECT * FROM sales.t");
+    assert!(!ok && stderr.contains("not found"), "{stderr}");
+}
+
+#[test]
+fn hostile_clients_an_unreadable_table_hides_nothing_else() {
+    let lake = LocalLake::start();
+    sql_ok(&lake.metadata, "CREATE SCHEMA sales");
+    sql_ok(&lake.metadata, "CREATE TABLE sales.good (id BIGINT)");
+    sql_ok(&lake.metadata, "CREATE TABLE sales.bad (id BIGINT)");
+    sql_ok(&lake.metadata, "INSERT INTO sales.good VALUES (1)");
+    // Corrupt every manifest of one table (a disk fault, a bad copy).
+    let versions = lake.dir.path().join("sales/bad.lance/_versions");
+    for entry in std::fs::read_dir(&versions).unwrap() {
+        std::fs::write(entry.unwrap().path(), b"not a lance manifest").unwrap();
+    }
+    let columns = sql_ok(
+        &lake.query,
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'sales'",
+    );
+    assert!(columns.contains("good,id"), "{columns}");
+    let (ok, stdout, stderr) = python(&["-c", GET_TABLES, &lake.query]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("good 1") && stdout.contains("bad 0"),
+        "{stdout}"
+    );
+    let (ok, _, stderr) = lake_sql(&lake.query, "SELECT * FROM sales.bad");
+    assert!(!ok && stderr.contains("sales.bad"), "{stderr}");
+    let data = lake.dir.path().canonicalize().unwrap();
+    assert!(
+        !stderr.contains(data.to_str().unwrap()),
+        "the data directory reached the client: {stderr}"
+    );
+    assert_eq!(sql_ok(&lake.query, "SELECT id FROM sales.good"), "id\n1\n");
+}
+
+/// GetTables with schemas (what ADBC's get_objects and JDBC's getColumns read): `name ncols`.
+const GET_TABLES: &str = r#"
+import sys, adbc_driver_flightsql.dbapi as flightsql
+with flightsql.connect(sys.argv[1], autocommit=True) as conn:
+    objects = conn.adbc_get_objects(depth="all", db_schema_filter="sales").read_all().to_pylist()
+    for catalog in objects:
+        for schema in catalog["catalog_db_schemas"] or []:
+            for table in schema["db_schema_tables"] or []:
+                print(table["table_name"], len(table["table_columns"] or []))
+"#;
+
+#[test]
+fn hostile_clients_a_write_finishes_when_the_client_gives_up() {
+    let lake = LocalLake::start();
+    sql_ok(&lake.metadata, "CREATE SCHEMA sales");
+    // The client's deadline expires long before the CREATE TABLE … AS has written its rows.
+    let (ok, stdout, stderr) = python(&["-c", IMPATIENT, &lake.metadata]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("gave up"), "{stdout}");
+    // The write ran to completion anyway: registered, and every row there.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ok, stdout, _) = lake_sql(&lake.query, "SELECT count(*) AS n FROM sales.big");
+        if ok {
+            assert_eq!(stdout, "n\n2000000\n");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the table never appeared");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let registered = sql_ok(
+        &lake.metadata,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'sales'",
+    );
+    assert!(registered.contains("big"), "{registered}");
+}
+
+const IMPATIENT: &str = r#"
+import sys, pyarrow.flight as flight
+sys.path.insert(0, "runtime/tests/it")
+from flightsql_commands import command, pb_string
+client = flight.FlightClient(sys.argv[1])
+sql = b"CREATE TABLE sales.big AS SELECT value AS id, value * 2 AS twice FROM generate_series(1, 2000000)"
+descriptor = flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, sql)))
+try:
+    client.get_flight_info(descriptor, flight.FlightCallOptions(timeout=0.05))
+    print("finished in time")
+except flight.FlightError as e:
+    timed_out = isinstance(e, flight.FlightTimedOutError) or "deadline" in str(e).lower()
+    print("gave up" if timed_out else f"failed: {type(e).__name__}: {e}")
+"#;
+
+#[test]
+fn hostile_clients_sigterm_drains_and_stops() {
+    let mut lake = LocalLake::start_with(&["--shutdown-grace", "3"]);
+    sql_ok(&lake.metadata, "CREATE SCHEMA sales");
+    sql_ok(&lake.metadata, "CREATE TABLE sales.kept (id BIGINT)");
+    sql_ok(&lake.metadata, "INSERT INTO sales.kept VALUES (7)");
+    let pid = lake.child.id() as i32;
+    // SAFETY: signals a child this test owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = lake.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "lake local ignored SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    // Stopped, not killed: the data is there for the next start.
+    let lake = LocalLake::start_in(lake.stop(), &[]);
+    assert_eq!(sql_ok(&lake.query, "SELECT id FROM sales.kept"), "id\n7\n");
+}

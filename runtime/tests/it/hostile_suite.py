@@ -1,0 +1,179 @@
+"""Hostile and careless clients against a running `lake local`, through real ADBC and raw
+pyarrow.flight. usage: hostile_suite.py QUERY_URL METADATA_URL DATA_DIR OUTSIDE_DIR
+
+Each case asserts the secure outcome: the refusal and its gRPC code, nothing written outside the
+lake (checked on disk), the data intact, and the server still answering.
+"""
+
+import json
+import os
+import sys
+import time
+
+import adbc_driver_flightsql.dbapi as flightsql
+import adbc_driver_manager
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flightsql_commands import command, pb_string
+
+QUERY, METADATA, DATA, OUTSIDE = sys.argv[1:5]
+passed = 0
+
+
+def check(name, condition, detail=""):
+    global passed
+    if not condition:
+        raise AssertionError(f"{name}: {detail}")
+    passed += 1
+    print(f"ok {name}")
+
+
+def refused(name, conn, sql, code, fragment=""):
+    """`sql` fails with `code` (and `fragment` in the message); returns the message."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute(sql)
+            cur.fetchall()
+        except adbc_driver_manager.Error as e:
+            text = str(e)
+            check(name, code in text and fragment in text, text)
+            return text
+    raise AssertionError(f"{name}: {sql[:120]!r} succeeded")
+
+
+def rows(conn, sql):
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetchall()
+
+
+def alive(name):
+    check(f"{name}: the query endpoint still answers", rows(query, "SELECT 1") == [(1,)])
+    check(f"{name}: the metadata endpoint still answers", rows(meta, "SELECT 2") == [(2,)])
+
+
+def nothing_outside(name):
+    check(f"{name}: nothing written outside the lake", os.listdir(OUTSIDE) == [], os.listdir(OUTSIDE))
+
+
+meta = flightsql.connect(METADATA, autocommit=True)
+query = flightsql.connect(QUERY, autocommit=True)
+rows(meta, "CREATE SCHEMA sales")
+rows(meta, "CREATE TABLE sales.orders (id BIGINT, item VARCHAR)")
+rows(meta, "INSERT INTO sales.orders VALUES (1, 'tea'), (2, 'cake')")
+ORDERS = [(1, "tea"), (2, "cake")]
+
+
+def intact(name):
+    check(f"{name}: the data is intact", sorted(rows(query, "SELECT * FROM sales.orders")) == ORDERS)
+
+
+# 1. Writes outside the rules: no file interface but the stage, whatever wraps it.
+target = os.path.join(OUTSIDE, "x.csv")
+manifest_dir = os.path.join(DATA, "sales", "orders.lance", "_versions")
+for endpoint, conn in [("query", query), ("metadata", meta)]:
+    for sql in [
+        f"EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO '{target}' STORED AS CSV",
+        f"COPY (SELECT 1 AS a) TO '{target}' STORED AS CSV",
+        f"EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO '{manifest_dir}/99.manifest' STORED AS CSV",
+        f"CREATE EXTERNAL TABLE leak (a INT) STORED AS CSV LOCATION '{OUTSIDE}/'",
+    ]:
+        refused(f"{endpoint}: {sql.split(' (')[0].split(' leak')[0]}", conn, sql, "PermissionDenied", "stage")
+    refused(f"{endpoint}: EXPLAIN ANALYZE INSERT", conn,
+            "EXPLAIN ANALYZE INSERT INTO sales.orders VALUES (3, 'pie')", "PermissionDenied")
+nothing_outside("COPY TO / CREATE EXTERNAL TABLE")
+check("no manifest was forged", sorted(os.listdir(manifest_dir)) == sorted(
+    f for f in os.listdir(manifest_dir) if not f.startswith("99")), os.listdir(manifest_dir))
+intact("COPY TO")
+alive("COPY TO")
+
+# 2. Semantics that would silently differ from the SQL: refused, naming the clause.
+for sql, code, fragment in [
+    ("INSERT OVERWRITE sales.orders VALUES (9, 'x')", "Unimplemented", "INSERT OVERWRITE"),
+    ("REPLACE INTO sales.orders VALUES (9, 'x')", "", ""),
+    ("CREATE OR REPLACE TABLE sales.orders (id BIGINT)", "Unimplemented", "OR REPLACE"),
+    ("CREATE TEMPORARY TABLE sales.tmp (id BIGINT)", "Unimplemented", "emporary"),
+    ("CREATE SCHEMA other.x", "NotFound", "other"),
+]:
+    with meta.cursor() as cur:
+        try:
+            cur.execute(sql)
+            cur.fetchall()
+            raise AssertionError(f"{sql!r} succeeded")
+        except adbc_driver_manager.Error as e:
+            text = str(e)
+            # REPLACE INTO may not even parse in the generic dialect: any refusal but success.
+            check(f"refused: {sql}", code in text and fragment in text, text)
+check("no schema x was created in the lake catalog",
+      ("x",) not in rows(query, "SELECT schema_name FROM information_schema.schemata"))
+intact("semantics")
+
+# 5. One request never takes the process down.
+refused("a 100k-term expression", query, "SELECT " + "+".join(["1"] * 100_000), "InvalidArgument", "nest")
+refused("a 100k-deep parenthesis", query, "SELECT " + "(" * 100_000 + "1" + ")" * 100_000, "InvalidArgument")
+check("a 1,500-term expression is evaluated",
+      rows(query, "SELECT " + "+".join(["1"] * 1500)) == [(1500,)])
+alive("deep expression")
+N = 2 ** 45
+for sql in [f"SELECT repeat('x', {N})", f"SELECT repeat(arrow_cast('x', 'LargeUtf8'), {N})",
+            f"SELECT repeat(arrow_cast('x', 'Utf8View'), {N})", f"SELECT lpad('x', {N})",
+            f"SELECT rpad(arrow_cast('x', 'LargeUtf8'), {N}, 'ab')", f"SELECT array_repeat(1, {N})",
+            "SELECT repeat(repeat('x', 1048576), 1048576)",
+            f"SELECT repeat(item, {N}) FROM sales.orders"]:
+    with query.cursor() as cur:
+        try:
+            cur.execute(sql)
+            cur.fetchall()
+            raise AssertionError(f"{sql} succeeded")
+        except adbc_driver_manager.Error as e:
+            check(f"{sql}: refused", "ResourceExhausted" in str(e), str(e))
+check("a modest repeat still works", rows(query, "SELECT repeat('ab', 3) AS r") == [("ababab",)])
+alive("huge allocations")
+
+# Forged and altered statement handles: refused, the server unharmed.
+client = flight.FlightClient(QUERY)
+for label, handle in [
+    ("forged JSON handle", json.dumps({"Sql": "SELECT 1"}).encode()),
+    ("forged bound handle", json.dumps({"Bound": {"sql": "SELECT $1", "params": [0] * 64}}).encode()),
+    ("garbage handle", b"\x00" * 40),
+]:
+    cmd = command("CommandPreparedStatementQuery", pb_string(1, handle))
+    try:
+        client.get_flight_info(flight.FlightDescriptor.for_command(cmd))
+        raise AssertionError(f"{label} accepted")
+    except (flight.FlightError, pa.ArrowInvalid) as e:
+        check(f"{label}: refused", "unknown statement handle" in str(e), str(e))
+# A genuine handle, altered by one byte.
+with query.cursor() as cur:
+    cur.adbc_prepare("SELECT 41 + 1 AS answer")
+    cur.execute("SELECT 41 + 1 AS answer")
+    check("a genuine prepared statement still works", cur.fetchall() == [(42,)])
+try:
+    ticket = client.get_flight_info(flight.FlightDescriptor.for_command(
+        command("CommandStatementQuery", pb_string(1, b"SELECT 1")))).endpoints[0].ticket
+    altered = bytearray(ticket.ticket)
+    altered[-3] ^= 1
+    client.do_get(flight.Ticket(bytes(altered))).read_all()
+    raise AssertionError("an altered ticket was served")
+except (flight.FlightError, pa.ArrowInvalid) as e:
+    check("an altered ticket: refused", "unknown statement handle" in str(e) or "INVALID" in str(e).upper(), str(e))
+
+# A zero-row parameter batch (and a two-row one) for a prepared query.
+with query.cursor() as cur:
+    cur.adbc_prepare("SELECT ? AS v")
+    for n in [0, 2]:
+        try:
+            cur.execute("SELECT ? AS v", parameters=pa.record_batch([pa.array([7] * n)], names=["p"]))
+            cur.fetchall()
+        except adbc_driver_manager.Error as e:
+            check(f"{n} parameter rows: a clean error", "InvalidArgument" in str(e) or "parameter" in str(e), str(e))
+alive("handles and parameters")
+
+# 11. No server path in what clients are told.
+plan = "\n".join(str(r) for r in rows(query, "EXPLAIN SELECT * FROM sales.orders"))
+check("EXPLAIN names no server path", DATA not in plan and "sales" in plan, plan)
+analyzed = "\n".join(str(r) for r in rows(query, "EXPLAIN ANALYZE SELECT * FROM sales.orders"))
+check("EXPLAIN ANALYZE names no server path", DATA not in analyzed, analyzed)
+
+print(f"{passed} passed, 0 failed")

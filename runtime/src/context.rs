@@ -326,6 +326,31 @@ impl MetadataContext {
         Ok(entry)
     }
 
+    /// Replaces a table's schema and rows (ADBC ingest `replace`): the registration is updated
+    /// first, then the dataset is overwritten; if the overwrite fails, the previous
+    /// registration is restored, so the registry always describes the dataset that is there.
+    pub async fn replace_table(
+        &self,
+        table: &TableRef,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<TableEntry, ContextError> {
+        let previous = self
+            .registry
+            .get_table(&table.namespace, &table.table)
+            .await?;
+        let mut next = previous.clone();
+        next.schema = schema.clone();
+        self.registry.update_table(&next).await?;
+        if let Err(e) = self.engine.overwrite(table, schema, batches).await {
+            if let Err(undo) = self.registry.update_table(&previous).await {
+                tracing::error!(%table, error = %undo, "could not restore the registration of a table whose overwrite failed");
+            }
+            return Err(e.into());
+        }
+        Ok(next)
+    }
+
     /// `COPY INTO`: loads the stage file at `path` (or every file under it) into `table` as one
     /// append commit. Every file is decoded and checked against the table's schema before
     /// anything is written, so a bad file commits nothing. Returns the rows loaded.

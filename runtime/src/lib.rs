@@ -2,6 +2,7 @@
 
 pub mod aws;
 pub mod catalog;
+pub mod conform;
 pub mod context;
 pub mod engine;
 pub mod flight;

@@ -461,7 +461,20 @@ impl LakeFlightSql {
         {
             Ok(entry) => match if_exists {
                 TableExistsOption::Append => {
-                    let batches = cast_all(batches, &entry.schema)?;
+                    // By name and lossless, the same rules as COPY INTO: reordered columns or
+                    // a value that does not fit are refused, never written as NULLs.
+                    crate::conform::check(&schema, &entry.schema).map_err(|problems| {
+                        Status::invalid_argument(format!(
+                            "the ingested rows do not match {table}: {}",
+                            problems.join("; ")
+                        ))
+                    })?;
+                    let batches =
+                        crate::conform::cast_all(batches, &entry.schema).map_err(|e| {
+                            Status::invalid_argument(format!(
+                                "the ingested rows do not fit {table}: {e}"
+                            ))
+                        })?;
                     metadata
                         .engine()
                         .append(&table, entry.schema.clone(), batches)
@@ -471,17 +484,9 @@ impl LakeFlightSql {
                 }
                 TableExistsOption::Replace => {
                     metadata
-                        .engine()
-                        .overwrite(&table, schema.clone(), batches)
+                        .replace_table(&table, schema, batches)
                         .await
-                        .map_err(engine_status)?;
-                    let mut entry = entry;
-                    entry.schema = schema;
-                    metadata
-                        .registry()
-                        .update_table(&entry)
-                        .await
-                        .map_err(|e| context_status(e.into()))?;
+                        .map_err(context_status)?;
                     Ok(rows)
                 }
                 TableExistsOption::Fail | TableExistsOption::Unspecified => Err(
@@ -587,7 +592,8 @@ async fn collect(
     cast_all(batches, target)
 }
 
-/// Casts rows to a table's schema, column by column; a mismatch is the client's error.
+/// Casts a plan's rows (which DataFusion has aligned to the table's columns) to the table's
+/// schema, column by column; a mismatch is the client's error.
 fn cast_all(batches: Vec<RecordBatch>, target: &SchemaRef) -> Result<Vec<RecordBatch>, Status> {
     if let Some(b) = batches
         .iter()
@@ -606,7 +612,14 @@ fn cast_all(batches: Vec<RecordBatch>, target: &SchemaRef) -> Result<Vec<RecordB
                 .columns()
                 .iter()
                 .zip(target.fields())
-                .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+                // Not "safe": a value that does not fit is an error, never a silent NULL.
+                .map(|(c, f)| {
+                    let options = arrow::compute::CastOptions {
+                        safe: false,
+                        ..Default::default()
+                    };
+                    arrow::compute::cast_with_options(c, f.data_type(), &options)
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             RecordBatch::try_new(target.clone(), columns)
         })

@@ -7,11 +7,9 @@
 
 use std::io::Cursor;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::compute::CastOptions;
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::datatypes::{Schema, SchemaRef};
 use arrow::error::ArrowError;
 use bytes::Bytes;
 use lake_common::stage::StagePath;
@@ -95,12 +93,12 @@ pub fn load(
                 .map_err(|e| decode(&e))?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| decode(&e))?;
-            cast_all(batches, target).map_err(|e| decode(&e))
+            crate::conform::cast_all(batches, target).map_err(|e| decode(&e))
         }
         FileFormat::Arrow => {
             let (schema, batches) = read_ipc(bytes).map_err(|e| decode(&e))?;
             conform(path, &schema, target)?;
-            cast_all(batches, target).map_err(|e| decode(&e))
+            crate::conform::cast_all(batches, target).map_err(|e| decode(&e))
         }
         FileFormat::Csv => {
             // CSV has names but no types: the header must name the table's columns, in order,
@@ -144,95 +142,19 @@ fn read_ipc(bytes: Bytes) -> Result<(Schema, Vec<RecordBatch>), ArrowError> {
 
 /// Every problem between a file's schema and the table's, or none.
 fn conform(path: &StagePath, file: &Schema, table: &Schema) -> Result<(), LoadError> {
-    let mut problems = Vec::new();
-    for field in table.fields() {
-        match file.field_with_name(field.name()) {
-            Err(_) => problems.push(format!("column {:?} is missing", field.name())),
-            Ok(found) if !widens(found.data_type(), field.data_type()) => problems.push(format!(
-                "column {:?} is {} in the file but {} in the table",
-                field.name(),
-                found.data_type(),
-                field.data_type()
-            )),
-            Ok(_) => {}
-        }
-    }
-    for field in file.fields() {
-        if table.field_with_name(field.name()).is_err() {
-            problems.push(format!("column {:?} is not in the table", field.name()));
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(LoadError::SchemaMismatch {
-            path: path.to_string(),
-            problems,
-        })
-    }
-}
-
-/// Whether values of `from` convert to `to` without loss.
-fn widens(from: &DataType, to: &DataType) -> bool {
-    use DataType::*;
-    if from == to {
-        return true;
-    }
-    let rank = |t: &DataType| match t {
-        Int8 => Some((0, 1)),
-        Int16 => Some((0, 2)),
-        Int32 => Some((0, 3)),
-        Int64 => Some((0, 4)),
-        UInt8 => Some((1, 1)),
-        UInt16 => Some((1, 2)),
-        UInt32 => Some((1, 3)),
-        UInt64 => Some((1, 4)),
-        Float16 => Some((2, 1)),
-        Float32 => Some((2, 2)),
-        Float64 => Some((2, 3)),
-        _ => None,
-    };
-    match (from, to) {
-        (Dictionary(_, value), _) => widens(value, to),
-        (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => true,
-        (Binary | LargeBinary | BinaryView, Binary | LargeBinary | BinaryView) => true,
-        _ => match (rank(from), rank(to)) {
-            // Same family, wider or equal; unsigned into a strictly wider signed integer.
-            (Some((f, a)), Some((t, b))) if f == t => a <= b,
-            (Some((1, a)), Some((0, b))) => a < b,
-            _ => false,
-        },
-    }
-}
-
-fn cast_all(batches: Vec<RecordBatch>, target: &SchemaRef) -> Result<Vec<RecordBatch>, ArrowError> {
-    // Not "safe": a value that does not fit is an error, never a silent null.
-    let options = CastOptions {
-        safe: false,
-        ..Default::default()
-    };
-    batches
-        .into_iter()
-        .map(|batch| {
-            let columns = target
-                .fields()
-                .iter()
-                .map(|field| {
-                    let column = batch.column_by_name(field.name()).ok_or_else(|| {
-                        ArrowError::SchemaError(format!("column {:?} is missing", field.name()))
-                    })?;
-                    arrow::compute::cast_with_options(column, field.data_type(), &options)
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            RecordBatch::try_new(Arc::clone(target), columns)
-        })
-        .collect()
+    crate::conform::check(file, table).map_err(|problems| LoadError::SchemaMismatch {
+        path: path.to_string(),
+        problems,
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use arrow::array::{Float32Array, Int32Array, StringArray};
+    use arrow::datatypes::DataType;
     use arrow::datatypes::Field;
 
     fn table() -> SchemaRef {
@@ -280,7 +202,7 @@ mod tests {
         let err = load(&path("a.arrow"), ipc(&file), None, &table()).unwrap_err();
         let text = err.to_string();
         for part in [
-            "column \"id\" is Utf8 in the file but Int64",
+            "column \"id\" is Utf8 in the data but Int64",
             "column \"price\" is missing",
             "column \"item\" is missing",
             "column \"extra\" is not in the table",
@@ -326,19 +248,5 @@ mod tests {
                 ..
             })
         ));
-    }
-
-    #[test]
-    fn only_lossless_conversions_widen() {
-        use DataType::*;
-        assert!(widens(&Int32, &Int64));
-        assert!(widens(&UInt32, &Int64));
-        assert!(!widens(&UInt64, &Int64));
-        assert!(!widens(&Int64, &Int32));
-        assert!(!widens(&Float64, &Float32));
-        assert!(!widens(&Int32, &Float64));
-        assert!(widens(&LargeUtf8, &Utf8));
-        assert!(widens(&Dictionary(Box::new(Int32), Box::new(Utf8)), &Utf8));
-        assert!(!widens(&Utf8, &Int64));
     }
 }

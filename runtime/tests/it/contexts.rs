@@ -276,3 +276,38 @@ async fn query_refuses_another_clusters_manifest_table() {
         .unwrap_err();
     assert!(err.to_string().contains("has no lake marker"), "{err}");
 }
+
+/// A DROP that takes the table lock before an INSERT that already found the table registered:
+/// the append must fail, not bring the dataset back (Lance's Append creates a missing dataset).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_append_never_recreates_a_dropped_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = local_plan(dir.path());
+    let metadata = MetadataContext::open(&plan.metadata(), None, &options())
+        .await
+        .unwrap();
+    let t = table("sales", "gone");
+    metadata
+        .registry()
+        .create_namespace(&t.namespace)
+        .await
+        .unwrap();
+    metadata
+        .create_table(&t, schema(), vec![batch(0..3)])
+        .await
+        .unwrap();
+    metadata.drop_table(&t).await.unwrap();
+    let err = metadata
+        .engine()
+        .append(&t, schema(), vec![batch(3..6)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, lake_runtime::engine::EngineError::NotFound(_)),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("sales/gone.lance").exists(),
+        "the dropped dataset came back"
+    );
+}

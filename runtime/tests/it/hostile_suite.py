@@ -109,6 +109,26 @@ check("no schema x was created in the lake catalog",
       ("x",) not in rows(query, "SELECT schema_name FROM information_schema.schemata"))
 intact("semantics")
 
+# 3. Ingest conforms by name and without loss, like COPY INTO; nothing lands as NULL.
+rows(meta, "CREATE TABLE sales.typed (id INT, name VARCHAR)")
+with meta.cursor() as cur:
+    reordered = pa.table({"name": ["a"], "id": pa.array([7], pa.int32())})
+    check("ingest matches columns by name",
+          cur.adbc_ingest("typed", reordered, mode="append", db_schema_name="sales") == 1)
+for label, data, column in [
+    ("a value that does not fit", pa.table({"id": pa.array([2 ** 40], pa.int64()), "name": ["b"]}), '"id"'),
+    ("a lossy type", pa.table({"id": pa.array([1.5], pa.float64()), "name": ["c"]}), '"id"'),
+    ("a missing column", pa.table({"id": pa.array([1], pa.int32())}), '"name"'),
+    ("an extra column", pa.table({"id": pa.array([1], pa.int32()), "name": ["d"], "x": [1]}), '"x"'),
+]:
+    with meta.cursor() as cur:
+        try:
+            cur.adbc_ingest("typed", data, mode="append", db_schema_name="sales")
+            raise AssertionError(f"ingest of {label} succeeded")
+        except adbc_driver_manager.Error as e:
+            check(f"ingest refuses {label}, naming the column", "InvalidArgument" in str(e) and column in str(e), str(e))
+check("only the conforming row landed, intact", rows(query, "SELECT id, name FROM sales.typed") == [(7, "a")])
+
 # 5. One request never takes the process down.
 refused("a 100k-term expression", query, "SELECT " + "+".join(["1"] * 100_000), "InvalidArgument", "nest")
 refused("a 100k-deep parenthesis", query, "SELECT " + "(" * 100_000 + "1" + ")" * 100_000, "InvalidArgument")

@@ -1,0 +1,142 @@
+//! Conformance of incoming rows to a table's schema, for every write that brings its own
+//! schema (COPY INTO from the stage, ADBC bulk ingest): columns matched **by name**, and a type
+//! accepted only when it equals the table's or widens to it without loss (int32 → int64,
+//! float32 → float64, the string and binary encodings, dictionaries of the type). Anything else
+//! is refused, naming every offending column, before a row is written; values are cast with
+//! `safe: false`, so a value that does not fit is an error, never a silent NULL.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::compute::CastOptions;
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::error::ArrowError;
+
+/// Every problem between the incoming schema and the table's, or none.
+pub fn check(incoming: &Schema, table: &Schema) -> Result<(), Vec<String>> {
+    let file = incoming;
+    let mut problems = Vec::new();
+    for field in table.fields() {
+        match file.field_with_name(field.name()) {
+            Err(_) => problems.push(format!("column {:?} is missing", field.name())),
+            Ok(found) if !widens(found.data_type(), field.data_type()) => problems.push(format!(
+                "column {:?} is {} in the data but {} in the table",
+                field.name(),
+                found.data_type(),
+                field.data_type()
+            )),
+            Ok(_) => {}
+        }
+    }
+    for field in file.fields() {
+        if table.field_with_name(field.name()).is_err() {
+            problems.push(format!("column {:?} is not in the table", field.name()));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// Whether values of `from` convert to `to` without loss.
+pub fn widens(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    if from == to {
+        return true;
+    }
+    let rank = |t: &DataType| match t {
+        Int8 => Some((0, 1)),
+        Int16 => Some((0, 2)),
+        Int32 => Some((0, 3)),
+        Int64 => Some((0, 4)),
+        UInt8 => Some((1, 1)),
+        UInt16 => Some((1, 2)),
+        UInt32 => Some((1, 3)),
+        UInt64 => Some((1, 4)),
+        Float16 => Some((2, 1)),
+        Float32 => Some((2, 2)),
+        Float64 => Some((2, 3)),
+        _ => None,
+    };
+    match (from, to) {
+        (Dictionary(_, value), _) => widens(value, to),
+        (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => true,
+        (Binary | LargeBinary | BinaryView, Binary | LargeBinary | BinaryView) => true,
+        _ => match (rank(from), rank(to)) {
+            // Same family, wider or equal; unsigned into a strictly wider signed integer.
+            (Some((f, a)), Some((t, b))) if f == t => a <= b,
+            (Some((1, a)), Some((0, b))) => a < b,
+            _ => false,
+        },
+    }
+}
+
+/// `batches` with exactly `target`'s schema, columns taken by name (after [`check`]).
+pub fn cast_all(
+    batches: Vec<RecordBatch>,
+    target: &SchemaRef,
+) -> Result<Vec<RecordBatch>, ArrowError> {
+    // Not "safe": a value that does not fit is an error, never a silent null.
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    batches
+        .into_iter()
+        .map(|batch| {
+            let columns = target
+                .fields()
+                .iter()
+                .map(|field| {
+                    let column = batch.column_by_name(field.name()).ok_or_else(|| {
+                        ArrowError::SchemaError(format!("column {:?} is missing", field.name()))
+                    })?;
+                    arrow::compute::cast_with_options(column, field.data_type(), &options)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            RecordBatch::try_new(Arc::clone(target), columns)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::Field;
+
+    #[test]
+    fn only_lossless_conversions_widen() {
+        use DataType::*;
+        assert!(widens(&Int32, &Int64));
+        assert!(widens(&UInt32, &Int64));
+        assert!(!widens(&UInt64, &Int64));
+        assert!(!widens(&Int64, &Int32));
+        assert!(!widens(&Float64, &Float32));
+        assert!(!widens(&Int32, &Float64));
+        assert!(widens(&LargeUtf8, &Utf8));
+        assert!(widens(&Dictionary(Box::new(Int32), Box::new(Utf8)), &Utf8));
+        assert!(!widens(&Utf8, &Int64));
+    }
+
+    #[test]
+    fn columns_match_by_name_not_position() {
+        let table = Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Utf8, true),
+        ]);
+        let reordered = Schema::new(vec![
+            Field::new("b", DataType::Utf8, true),
+            Field::new("a", DataType::Int32, true),
+        ]);
+        assert!(check(&reordered, &table).is_ok());
+        let narrowing = Schema::new(vec![
+            Field::new("a", DataType::Float64, true),
+            Field::new("b", DataType::Utf8, true),
+        ]);
+        let problems = check(&narrowing, &table).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("\"a\""), "{problems:?}");
+    }
+}

@@ -34,8 +34,14 @@ pub const LAKE_TOKEN_FILE: &str = "LAKE_TOKEN_FILE";
 pub const LAKE_TLS_CERT_FILE: &str = "LAKE_TLS_CERT_FILE";
 pub const LAKE_TLS_KEY_FILE: &str = "LAKE_TLS_KEY_FILE";
 
+/// Resource limits (each optional; the runtime documents and applies its defaults).
+pub const LAKE_MEMORY_LIMIT_MB: &str = "LAKE_MEMORY_LIMIT_MB";
+pub const LAKE_QUERY_MEMORY_LIMIT_MB: &str = "LAKE_QUERY_MEMORY_LIMIT_MB";
+pub const LAKE_QUERY_TIMEOUT_SECONDS: &str = "LAKE_QUERY_TIMEOUT_SECONDS";
+pub const LAKE_MAX_CONCURRENT_QUERIES: &str = "LAKE_MAX_CONCURRENT_QUERIES";
+
 /// Every variable of the contract.
-pub const ALL_VARS: [&str; 14] = [
+pub const ALL_VARS: [&str; 18] = [
     LAKE_ROLE,
     LAKE_WAREHOUSE,
     LAKE_STAGE,
@@ -50,7 +56,67 @@ pub const ALL_VARS: [&str; 14] = [
     LAKE_TOKEN_FILE,
     LAKE_TLS_CERT_FILE,
     LAKE_TLS_KEY_FILE,
+    LAKE_MEMORY_LIMIT_MB,
+    LAKE_QUERY_MEMORY_LIMIT_MB,
+    LAKE_QUERY_TIMEOUT_SECONDS,
+    LAKE_MAX_CONCURRENT_QUERIES,
 ];
+
+/// Resource limits of one runtime process; `None` leaves the runtime's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Limits {
+    /// Memory all queries of the process may hold together (MiB).
+    pub memory_mb: Option<u64>,
+    /// Memory one query may hold (MiB).
+    pub query_memory_mb: Option<u64>,
+    /// How long one query may run (seconds).
+    pub query_timeout_seconds: Option<u64>,
+    /// Queries one endpoint runs at once.
+    pub max_concurrent_queries: Option<u64>,
+}
+
+impl Limits {
+    const VARS: [&'static str; 4] = [
+        LAKE_MEMORY_LIMIT_MB,
+        LAKE_QUERY_MEMORY_LIMIT_MB,
+        LAKE_QUERY_TIMEOUT_SECONDS,
+        LAKE_MAX_CONCURRENT_QUERIES,
+    ];
+
+    fn fields(&self) -> [Option<u64>; 4] {
+        [
+            self.memory_mb,
+            self.query_memory_mb,
+            self.query_timeout_seconds,
+            self.max_concurrent_queries,
+        ]
+    }
+
+    /// Every set limit is above 0 (a zero limit would refuse everything).
+    pub fn fields_are_positive(&self) -> Result<(), &'static str> {
+        for (name, value) in Self::VARS.into_iter().zip(self.fields()) {
+            if value == Some(0) {
+                return Err(name);
+            }
+        }
+        Ok(())
+    }
+
+    fn from_values(values: [Option<u64>; 4]) -> Self {
+        let [
+            memory_mb,
+            query_memory_mb,
+            query_timeout_seconds,
+            max_concurrent_queries,
+        ] = values;
+        Self {
+            memory_mb,
+            query_memory_mb,
+            query_timeout_seconds,
+            max_concurrent_queries,
+        }
+    }
+}
 
 /// The port each role listens on unless `LAKE_FLIGHT_ADDR` says otherwise.
 pub fn default_port(role: Role) -> u16 {
@@ -73,6 +139,7 @@ pub struct RuntimeConfig {
     pub token_file: Option<String>,
     /// (certificate chain, private key) PEM files; `None`: plaintext gRPC.
     pub tls: Option<(String, String)>,
+    pub limits: Limits,
 }
 
 /// A configuration read from the environment, plus the `LAKE_*` names it did not recognise
@@ -111,6 +178,7 @@ impl RuntimeConfig {
             metadata_endpoint,
             token_file: None,
             tls: None,
+            limits: Limits::default(),
         }
     }
 
@@ -158,6 +226,11 @@ impl RuntimeConfig {
         if let Some((cert, key)) = &self.tls {
             vars.insert(LAKE_TLS_CERT_FILE, cert.clone());
             vars.insert(LAKE_TLS_KEY_FILE, key.clone());
+        }
+        for (name, value) in Limits::VARS.into_iter().zip(self.limits.fields()) {
+            if let Some(value) = value {
+                vars.insert(name, value.to_string());
+            }
         }
         vars
     }
@@ -325,6 +398,17 @@ impl RuntimeConfig {
             }
         };
 
+        let limits = Limits::from_values(Limits::VARS.map(|name| {
+            let value = get(name)?;
+            match value.parse::<u64>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    errors.push(invalid(name, value, "must be a whole number above 0"));
+                    None
+                }
+            }
+        }));
+
         let (Some(role), Some(warehouse), Some((registry, manifests)), Some(flight_addr)) =
             (role, warehouse, stores, flight_addr)
         else {
@@ -369,6 +453,7 @@ impl RuntimeConfig {
                 metadata_endpoint: get(LAKE_METADATA_ENDPOINT).map(str::to_owned),
                 token_file: get(LAKE_TOKEN_FILE).map(str::to_owned),
                 tls,
+                limits,
             },
             unknown,
         })
@@ -433,6 +518,39 @@ fn invalid(field: &str, value: &str, reason: &str) -> PlanError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_round_trip_and_bad_numbers_are_named() {
+        let base = [
+            (LAKE_ROLE, "query"),
+            (LAKE_WAREHOUSE, "/data/lake"),
+            (LAKE_QUERY_TIMEOUT_SECONDS, "30"),
+            (LAKE_MAX_CONCURRENT_QUERIES, "8"),
+        ];
+        let parsed = RuntimeConfig::from_vars(base).unwrap();
+        assert_eq!(parsed.config.limits.query_timeout_seconds, Some(30));
+        assert_eq!(parsed.config.limits.max_concurrent_queries, Some(8));
+        assert_eq!(parsed.config.limits.memory_mb, None);
+        assert!(parsed.unknown.is_empty());
+        let vars = parsed.config.to_vars();
+        assert_eq!(vars[LAKE_QUERY_TIMEOUT_SECONDS], "30");
+        assert!(
+            !vars.contains_key(LAKE_MEMORY_LIMIT_MB),
+            "unset limits are not rendered"
+        );
+        for bad in ["0", "-1", "lots"] {
+            let err = RuntimeConfig::from_vars([
+                (LAKE_ROLE, "query"),
+                (LAKE_WAREHOUSE, "/data/lake"),
+                (LAKE_MEMORY_LIMIT_MB, bad),
+            ])
+            .unwrap_err();
+            assert!(
+                err.to_string().contains(LAKE_MEMORY_LIMIT_MB),
+                "{bad}: {err}"
+            );
+        }
+    }
     use crate::plan::{Access, AuthorityRequest, PlanFields, Provisioning};
 
     fn cloud_plan() -> AuthorityPlan {

@@ -51,6 +51,18 @@ enum Command {
         /// After SIGTERM or SIGINT, how long calls in flight may take to finish (seconds).
         #[arg(long, default_value_t = 25)]
         shutdown_grace: u64,
+        /// Memory all queries of one endpoint may hold together, MiB [default: 1024].
+        #[arg(long, env = "LAKE_MEMORY_LIMIT_MB")]
+        memory_limit_mb: Option<u64>,
+        /// Memory one query may hold, MiB [default: 512].
+        #[arg(long, env = "LAKE_QUERY_MEMORY_LIMIT_MB")]
+        query_memory_limit_mb: Option<u64>,
+        /// How long one query may run, seconds [default: 600].
+        #[arg(long, env = "LAKE_QUERY_TIMEOUT_SECONDS")]
+        query_timeout_seconds: Option<u64>,
+        /// Queries each endpoint runs at once [default: 32].
+        #[arg(long, env = "LAKE_MAX_CONCURRENT_QUERIES")]
+        max_concurrent_queries: Option<u64>,
         /// Serve TLS with this PEM certificate chain (needs --tls-key).
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -129,9 +141,23 @@ fn main() -> ExitCode {
                 metadata_token_file,
                 token_file,
                 shutdown_grace,
+                memory_limit_mb,
+                query_memory_limit_mb,
+                query_timeout_seconds,
+                max_concurrent_queries,
                 tls_cert,
                 tls_key,
             } => {
+                let configured = lake_common::config::Limits {
+                    memory_mb: memory_limit_mb,
+                    query_memory_mb: query_memory_limit_mb,
+                    query_timeout_seconds,
+                    max_concurrent_queries,
+                };
+                if configured.fields_are_positive().is_err() {
+                    return Err("the limits must be whole numbers above 0".into());
+                }
+                let limits = flight::Limits::resolve(&configured);
                 if token_file.is_some() {
                     return Err(
                         "lake local --token-file is gone (one token set let a read token \
@@ -160,7 +186,16 @@ fn main() -> ExitCode {
                         .into());
                 }
                 let shutdown = flight::Shutdown::on_signals(Duration::from_secs(shutdown_grace));
-                local(&data, query_addr, metadata_addr, tokens, tls, shutdown).await
+                local(
+                    &data,
+                    query_addr,
+                    metadata_addr,
+                    tokens,
+                    tls,
+                    limits,
+                    shutdown,
+                )
+                .await
             }
             Command::Serve => serve().await,
             Command::Sql {
@@ -239,6 +274,7 @@ async fn local(
     metadata_addr: SocketAddr,
     tokens: LocalTokens,
     tls: Option<Tls>,
+    limits: flight::Limits,
     shutdown: flight::Shutdown,
 ) -> Result<(), String> {
     let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
@@ -302,9 +338,10 @@ async fn local(
             metadata_role,
             tokens.metadata,
             tls.clone(),
+            limits.clone(),
             shutdown.clone()
         ),
-        flight::serve(query_bound, query_role, tokens.query, tls, shutdown),
+        flight::serve(query_bound, query_role, tokens.query, tls, limits, shutdown),
     );
     a.and(b).map_err(|e| format!("serving failed: {e}"))
 }
@@ -351,11 +388,13 @@ async fn serve() -> Result<(), String> {
         let _ = writeln!(out, "{} {scheme}://{}", config.plan.role(), bound.addr)
             .and_then(|()| out.flush());
     }
+    let limits = flight::Limits::resolve(&config.limits);
     flight::serve(
         bound,
         role,
         tokens,
         tls,
+        limits,
         flight::Shutdown::on_signals(SERVE_GRACE),
     )
     .await

@@ -9,6 +9,7 @@ mod depth;
 mod handle;
 mod info;
 mod ingress;
+mod limits;
 mod redact;
 mod service;
 mod sql;
@@ -22,6 +23,7 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::net::TcpListener;
 
 pub use auth::{TokenFileError, Tokens};
+pub use limits::Limits;
 pub use service::{LakeFlightSql, Role};
 
 /// Inbound message limit on metadata: DoPut carries data, larger than tonic's 4 MiB default.
@@ -114,6 +116,7 @@ pub async fn serve(
     role: Role,
     tokens: Option<Tokens>,
     tls: Option<Tls>,
+    limits: Limits,
     shutdown: Shutdown,
 ) -> Result<(), tonic::transport::Error> {
     use futures::FutureExt;
@@ -129,6 +132,7 @@ pub async fn serve(
     let service = FlightServiceServer::new(surface::LakeFlightService(LakeFlightSql::new(
         role,
         tokens.clone(),
+        limits,
     )))
     .max_decoding_message_size(limit);
     let mut server = tonic::transport::Server::builder();

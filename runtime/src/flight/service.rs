@@ -40,6 +40,7 @@ use super::auth::Tokens;
 
 use super::catalog::{CATALOG, LakeCatalog};
 use super::handle::{Handle, HandleCodec, MAX_PARAMS_BYTES, params_to_ipc};
+use super::limits::{Governor, Limits};
 use super::redact::Redactor;
 use super::sql::{self, Planned, Write};
 use super::wire::{to_wire, wire_schema};
@@ -72,6 +73,8 @@ pub struct LakeFlightSql {
     handles: HandleCodec,
     /// Hides the server's paths from what clients are told.
     redactor: Redactor,
+    /// Memory, time and concurrency limits of this endpoint's queries.
+    governor: Governor,
 }
 
 impl std::fmt::Debug for LakeFlightSql {
@@ -139,7 +142,7 @@ fn context_status(e: ContextError) -> Status {
 }
 
 impl LakeFlightSql {
-    pub fn new(role: Role, tokens: Option<Tokens>) -> Self {
+    pub fn new(role: Role, tokens: Option<Tokens>, limits: Limits) -> Self {
         let read_only = matches!(role, Role::Query { .. });
         let sql_info = Arc::new(super::info::sql_info(read_only));
         Self {
@@ -149,6 +152,7 @@ impl LakeFlightSql {
             tokens,
             handles: HandleCodec::new(),
             redactor: Redactor::default(),
+            governor: Governor::new(limits),
         }
         .with_redactor()
     }
@@ -188,7 +192,7 @@ impl LakeFlightSql {
     }
 
     async fn session(&self) -> Result<SessionContext, Status> {
-        sql::session(self.engine()).await
+        sql::session(self.engine(), self.governor.query_pool()).await
     }
 
     /// Performs a write to completion, whatever the client does meanwhile: a deadline or a
@@ -377,6 +381,9 @@ impl LakeFlightSql {
                          row of values (a prepared statement's DoPut)"
                     )));
                 }
+                // A slot among the endpoint's running queries, held by the stream.
+                let slot = self.governor.admit()?;
+                let deadline = self.governor.limits.query_timeout;
                 let schema = wire_schema(plan.schema().as_arrow());
                 // EXPLAIN's text names table locations: the server's paths are hidden in it.
                 let explain = matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_));
@@ -400,6 +407,7 @@ impl LakeFlightSql {
                         }
                     })
                     .boxed();
+                let wire = with_deadline(wire, deadline, slot);
                 Ok(Response::new(encode(schema, wire)))
             }
         }
@@ -531,6 +539,32 @@ impl LakeFlightSql {
 
 type FlightBatches =
     futures::stream::BoxStream<'static, Result<RecordBatch, arrow_flight::error::FlightError>>;
+
+/// `stream`, ended with DEADLINE_EXCEEDED once `limit` has passed (dropping it stops the
+/// query's work); `slot` is released when the stream ends or is dropped.
+fn with_deadline(
+    stream: FlightBatches,
+    limit: std::time::Duration,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) -> FlightBatches {
+    let deadline = tokio::time::Instant::now() + limit;
+    stream::unfold(Some((stream, slot)), move |state| async move {
+        let (mut stream, slot) = state?;
+        tokio::select! {
+            item = stream.next() => item.map(|item| (item, Some((stream, slot)))),
+            () = tokio::time::sleep_until(deadline) => Some((
+                Err(arrow_flight::error::FlightError::Tonic(Box::new(Status::deadline_exceeded(
+                    format!(
+                        "the query ran past its {} s limit (LAKE_QUERY_TIMEOUT_SECONDS) and was stopped",
+                        limit.as_secs()
+                    ),
+                )))),
+                None,
+            )),
+        }
+    })
+    .boxed()
+}
 
 /// A refusal from the transport or the ingress check keeps its code; anything else is the
 /// client's bad data.

@@ -93,13 +93,17 @@ impl ObjectStoreRegistry for NoObjectStores {
 }
 
 /// A DataFusion session over `engine`'s warehouse, catalog `lake`.
-pub async fn session(engine: &Engine) -> Result<SessionContext, Status> {
+pub async fn session(
+    engine: &Engine,
+    memory: Arc<dyn datafusion::execution::memory_pool::MemoryPool>,
+) -> Result<SessionContext, Status> {
     let config = SessionConfig::new()
         .with_default_catalog_and_schema(CATALOG, "default")
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true);
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(NoObjectStores))
+        .with_memory_pool(memory)
         .build_arc()
         .map_err(status)?;
     let state = SessionStateBuilder::new()

@@ -239,3 +239,78 @@ fn hostile_clients_sigterm_drains_and_stops() {
     let lake = LocalLake::start_in(lake.stop(), &[]);
     assert_eq!(sql_ok(&lake.query, "SELECT id FROM sales.kept"), "id\n7\n");
 }
+
+const GOVERNED: &str = r#"
+import sys, time, adbc_driver_flightsql.dbapi as flightsql, adbc_driver_manager
+query = sys.argv[1]
+def run(sql):
+    with flightsql.connect(query, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetchall()
+def refused(label, sql, code):
+    started = time.monotonic()
+    try:
+        run(sql)
+    except adbc_driver_manager.Error as e:
+        assert code in str(e), f"{label}: {e}"
+        print(f"ok {label} ({time.monotonic() - started:.1f} s)")
+        return
+    raise AssertionError(f"{label}: it ran")
+# Time: 10^10 rows of cross join; the 2 s limit stops it.
+refused("past its time limit", "SELECT count(*) FROM generate_series(1, 100000) a CROSS JOIN generate_series(1, 100000) b", "DeadlineExceeded")
+# Memory: an aggregate of three million values does not fit in 8 MiB (and cannot spill).
+refused("over its memory limit", "SELECT array_agg(value) FROM generate_series(1, 3000000)", "ResourceExhausted")
+# Concurrency: one slot; a stream held open takes it.
+holder = flightsql.connect(query, autocommit=True)
+cur = holder.cursor()
+cur.execute("SELECT * FROM generate_series(1, 100000000)")
+reader = cur.fetch_record_batch()
+reader.read_next_batch()
+refused("one query too many", "SELECT 1", "ResourceExhausted")
+cur.close(); holder.close()
+for _ in range(50):
+    try:
+        assert run("SELECT 1") == [(1,)]
+        print("ok a slot frees when its stream closes")
+        break
+    except adbc_driver_manager.Error:
+        time.sleep(0.1)
+else:
+    raise AssertionError("the slot was never released")
+print("3 passed, 0 failed")
+"#;
+
+#[test]
+fn hostile_clients_resource_limits() {
+    let lake = LocalLake::start_with(&[
+        "--query-timeout-seconds",
+        "2",
+        "--query-memory-limit-mb",
+        "8",
+        "--max-concurrent-queries",
+        "1",
+    ]);
+    let (ok, stdout, stderr) = python(&["-c", GOVERNED, &lake.query]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
+    // Still serving, and within limits a query runs as usual.
+    assert_eq!(sql_ok(&lake.query, "SELECT 41 + 1 AS n"), "n\n42\n");
+    let (ok, _, stderr) = Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args([
+            "local",
+            "--data",
+            "/nonexistent-never",
+            "--max-concurrent-queries",
+            "0",
+        ])
+        .output()
+        .map(|o| {
+            (
+                o.status.success(),
+                (),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .unwrap();
+    assert!(!ok && stderr.contains("above 0"), "{stderr}");
+}

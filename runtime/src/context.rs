@@ -326,6 +326,21 @@ impl MetadataContext {
         Ok(entry)
     }
 
+    /// Finalises the commits writers left staged (a writer that died between recording its
+    /// manifest and finalising it): opening each table's latest version through this role's
+    /// read-write manifest handler finalises it, so the query role — which only reads the last
+    /// finished version — sees it again. Run at start-up and periodically. Returns the tables
+    /// looked at; a table that cannot be opened is logged and skipped.
+    pub async fn finalise_staged(&self) -> Result<usize, ContextError> {
+        let tables = self.engine.reader().list_tables().await?;
+        for table in &tables {
+            if let Err(e) = self.engine.reader().open(table, None).await {
+                tracing::warn!(%table, error = %e, "could not open a table to finalise its commits");
+            }
+        }
+        Ok(tables.len())
+    }
+
     /// Replaces a table's schema and rows (ADBC ingest `replace`): the registration is updated
     /// first, then the dataset is overwritten; if the overwrite fails, the previous
     /// registration is restored, so the registry always describes the dataset that is there.

@@ -256,6 +256,20 @@ const WORKER_STACK: usize = 64 * 1024 * 1024;
 /// termination grace period.
 const SERVE_GRACE: Duration = Duration::from_secs(25);
 
+/// How often the metadata role finalises commits a dead writer left staged.
+const FINALISE_EVERY: Duration = Duration::from_secs(60);
+
+/// Finalises staged commits now and every [`FINALISE_EVERY`] (see
+/// `MetadataContext::finalise_staged`).
+async fn finalise_periodically(metadata: Arc<MetadataContext>) {
+    loop {
+        if let Err(e) = metadata.finalise_staged().await {
+            tracing::warn!(error = %e, "finalising staged commits failed; retrying later");
+        }
+        tokio::time::sleep(FINALISE_EVERY).await;
+    }
+}
+
 /// Each local endpoint's tokens.
 struct LocalTokens {
     query: Option<Tokens>,
@@ -331,7 +345,9 @@ async fn local(
         context: Arc::new(query),
         metadata_endpoint: Some(metadata_url),
     };
-    let metadata_role = Role::Metadata(Arc::new(metadata));
+    let metadata = Arc::new(metadata);
+    tokio::spawn(finalise_periodically(metadata.clone()));
+    let metadata_role = Role::Metadata(metadata);
     let (a, b) = tokio::join!(
         flight::serve(
             metadata_bound,
@@ -370,11 +386,15 @@ async fn serve() -> Result<(), String> {
             ),
             metadata_endpoint: config.metadata_endpoint.clone(),
         },
-        RolePlan::Metadata(plan) => Role::Metadata(Arc::new(
-            MetadataContext::open(plan, config.cluster_id.as_deref(), &options)
-                .await
-                .map_err(|e| e.to_string())?,
-        )),
+        RolePlan::Metadata(plan) => {
+            let metadata = Arc::new(
+                MetadataContext::open(plan, config.cluster_id.as_deref(), &options)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+            tokio::spawn(finalise_periodically(metadata.clone()));
+            Role::Metadata(metadata)
+        }
     };
     let bound = flight::bind(config.flight_addr)
         .await

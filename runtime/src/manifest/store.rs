@@ -203,6 +203,56 @@ impl ReadOnlyManifestStore {
     }
 }
 
+/// Whether a manifest row points at a finished manifest (`…/N.manifest`), not at a staged one
+/// (`…/N.manifest-<uuid>`) left by a writer that has not finalised its commit yet (or died).
+fn finished(path: &str) -> bool {
+    path.ends_with(".manifest")
+}
+
+/// How many of the newest rows the read-only store looks through for a finished one.
+const STAGED_LOOKBACK: usize = 16;
+
+/// The newest version whose manifest is finished. A reader that met a staged row would
+/// finalise it (copy the manifest, rewrite the row), which the query role may not do: it reads
+/// the last finished version instead, and metadata finalises the rest (it does on start-up and
+/// periodically, see `MetadataContext::finalise_staged`).
+async fn latest_finished(
+    kv: &dyn MetaRead,
+    base_uri: &str,
+) -> lance::Result<Option<(u64, String)>> {
+    let page = kv
+        .query(base_uri, &QueryRequest::last(STAGED_LOOKBACK))
+        .await
+        .map_err(lance_err)?;
+    for item in &page.items {
+        match item.key.sort {
+            SortKey::N(0) => return Ok(None),
+            SortKey::N(version) => {
+                let path = path_of(item)?;
+                if finished(&path) {
+                    return Ok(Some((version, path)));
+                }
+                tracing::debug!(base_uri, version, "skipping a staged manifest row");
+            }
+            SortKey::S(_) => {
+                return Err(lance::Error::io(format!(
+                    "manifest row {} has a string version",
+                    item.key
+                )));
+            }
+        }
+    }
+    if page.items.is_empty() {
+        Ok(None)
+    } else {
+        Err(lance::Error::io(format!(
+            "the newest {} manifest rows of {base_uri} are all staged (unfinished commits); the \
+             metadata role finalises them",
+            page.items.len()
+        )))
+    }
+}
+
 #[async_trait]
 impl ExternalManifestStore for ReadOnlyManifestStore {
     async fn get(&self, base_uri: &str, version: u64) -> lance::Result<String> {
@@ -210,7 +260,7 @@ impl ExternalManifestStore for ReadOnlyManifestStore {
     }
 
     async fn get_latest_version(&self, base_uri: &str) -> lance::Result<Option<(u64, String)>> {
-        latest(self.kv.as_ref(), base_uri).await
+        latest_finished(self.kv.as_ref(), base_uri).await
     }
 
     async fn put_if_not_exists(

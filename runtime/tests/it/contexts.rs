@@ -311,3 +311,73 @@ async fn an_append_never_recreates_a_dropped_table() {
         "the dropped dataset came back"
     );
 }
+
+/// A writer died between recording its manifest (staged) and finalising it: the query role
+/// reads the last finished version and writes nothing (finalising needs the object-store write
+/// it is denied in the cloud); metadata finalises the commit, and query then sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn query_reads_the_last_finished_version_after_a_writer_died() {
+    use lance_table::io::commit::external_manifest::ExternalManifestStore;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = local_plan(dir.path());
+    let metadata = MetadataContext::open(&plan.metadata(), None, &options())
+        .await
+        .unwrap();
+    let t = table("sales", "staged");
+    metadata
+        .registry()
+        .create_namespace(&t.namespace)
+        .await
+        .unwrap();
+    metadata
+        .create_table(&t, schema(), vec![batch(0..10)])
+        .await
+        .unwrap();
+    metadata
+        .engine()
+        .append(&t, schema(), vec![batch(10..20)])
+        .await
+        .unwrap();
+
+    // Undo the finalisation of version 2: its manifest back at a staging path, its row too.
+    let kv = std::sync::Arc::new(
+        lake_runtime::store::EmbeddedStore::open(&dir.path().join("_lake/manifests.redb"), false)
+            .unwrap(),
+    );
+    let manifests = lake_runtime::manifest::ManifestStore::new(kv);
+    let base_uri = metadata.engine().warehouse().manifest_base_uri(&t);
+    let (version, path) = manifests
+        .get_latest_version(&base_uri)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(version, 2);
+    let final_file = std::path::Path::new("/").join(&path);
+    let staged = format!("{path}-0000dead");
+    let size = std::fs::metadata(&final_file).unwrap().len();
+    std::fs::rename(&final_file, std::path::Path::new("/").join(&staged)).unwrap();
+    manifests
+        .put_if_exists(&base_uri, 2, &staged, size, None)
+        .await
+        .unwrap();
+
+    let query = QueryContext::open(&plan.query(), None, &options())
+        .await
+        .unwrap();
+    let dataset = query.engine().open(&t, None).await.unwrap();
+    assert_eq!(
+        dataset.version().version,
+        1,
+        "query read the staged version"
+    );
+    assert_eq!(dataset.count_rows(None).await.unwrap(), 10);
+    assert!(
+        !final_file.exists(),
+        "the query role finalised a commit (it wrote a manifest)"
+    );
+
+    assert_eq!(metadata.finalise_staged().await.unwrap(), 1);
+    assert!(final_file.exists(), "metadata did not finalise the commit");
+    let dataset = query.engine().open(&t, None).await.unwrap();
+    assert_eq!(dataset.count_rows(None).await.unwrap(), 20);
+}

@@ -17,6 +17,7 @@ use lake_common::stage::{StageDescriptor, StageDescriptorError, StagePath};
 use crate::aws::{AwsConnection, AwsError, ConnectOptions};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use futures::StreamExt;
 
 use crate::catalog::{CatalogError, Registry, TableEntry, new_entry};
 use crate::engine::{Engine, EngineError, TableRef, Warehouse, WriteEngine};
@@ -379,15 +380,22 @@ impl MetadataContext {
             .registry
             .get_table(&table.namespace, &table.table)
             .await?;
-        let mut batches = Vec::new();
+        // Every file's schema is checked before a row is written, so a bad file commits
+        // nothing; then the files are decoded as the write pulls them (off the async workers),
+        // so memory holds a few batches, not the files' contents.
+        let mut files = Vec::new();
         for file in self.stage.files(path).await? {
             let bytes = self.stage.read(&file).await?;
-            batches.extend(stage::load(&file, bytes, format, &entry.schema)?);
+            files.push(stage::batches(&file, bytes, format, &entry.schema)?);
         }
-        let committed = self
-            .engine
-            .append(table, entry.schema.clone(), batches)
-            .await?;
+        let rows = futures::stream::iter(files).map(decoded).flatten();
+        let rows: crate::engine::RowStream = Box::pin(
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                entry.schema.clone(),
+                rows,
+            ),
+        );
+        let committed = self.engine.append_stream(table, rows).await?;
         Ok(committed.rows)
     }
 
@@ -404,4 +412,22 @@ impl MetadataContext {
             .await?;
         Ok(())
     }
+}
+
+/// A file's batches decoded on a blocking thread, two at a time ahead of the writer.
+fn decoded(
+    batches: stage::Batches,
+) -> impl futures::Stream<Item = datafusion::error::Result<RecordBatch>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tokio::task::spawn_blocking(move || {
+        for batch in batches {
+            let batch =
+                batch.map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)));
+            // The writer stopped (an error, a drop): stop decoding.
+            if tx.blocking_send(batch).is_err() {
+                break;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }

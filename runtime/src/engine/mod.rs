@@ -37,6 +37,10 @@ pub enum EngineError {
         #[source]
         source: lance::Error,
     },
+    /// The rows to write could not be produced (bad input: a cast, a decode): nothing was
+    /// committed.
+    #[error("the rows could not be written: {0}")]
+    Rows(String),
     #[error("table {0} cannot be read: its Lance metadata is damaged")]
     Corrupt(TableRef),
     #[error("listing the warehouse: {0}")]
@@ -56,6 +60,56 @@ pub enum EngineError {
 /// table on a slow store; in-process commits never contend (see [`WriteEngine`]).
 const COMMIT_RETRY_TIMEOUT: Duration = Duration::from_secs(300);
 const COMMIT_MAX_RETRIES: u32 = 200;
+
+/// The rows of one write as a stream (see [`WriteEngine::append_stream`]).
+pub type RowStream = datafusion::physical_plan::SendableRecordBatchStream;
+
+/// `batches` as a [`RowStream`].
+pub fn rows_of(schema: SchemaRef, batches: Vec<RecordBatch>) -> RowStream {
+    Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::iter(batches.into_iter().map(Ok)),
+        ),
+    )
+}
+
+/// `rows`, counting what passes and keeping the first error it yields (the client's bad
+/// data, which Lance would otherwise report as its own failure).
+fn counted(
+    rows: RowStream,
+) -> (
+    RowStream,
+    Arc<std::sync::atomic::AtomicU64>,
+    Arc<Mutex<Option<String>>>,
+) {
+    use futures::TryStreamExt;
+    let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let failure = Arc::new(Mutex::new(None));
+    let (c, f) = (count.clone(), failure.clone());
+    let schema = rows.schema();
+    let rows = rows
+        .inspect_ok(move |b| {
+            c.fetch_add(b.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
+        })
+        .inspect_err(move |e| {
+            let mut slot = f.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| e.to_string());
+        });
+    (
+        Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows)),
+        count,
+        failure,
+    )
+}
+
+fn rows_failure(failure: &Mutex<Option<String>>) -> Option<EngineError> {
+    failure
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .map(EngineError::Rows)
+}
 
 /// What an append or delete did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,24 +299,32 @@ impl WriteEngine {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
     ) -> Result<Committed, EngineError> {
-        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        self.append_stream(table, rows_of(schema, batches)).await
+    }
+
+    /// Appends `rows` in one commit, pulling them while the data files are written: memory
+    /// holds Lance's write buffers, not the input (an `INSERT … SELECT`, an ingest or a
+    /// `COPY INTO` of any size). A failing batch fails the write before anything is committed.
+    pub async fn append_stream(
+        &self,
+        table: &TableRef,
+        rows: RowStream,
+    ) -> Result<Committed, EngineError> {
         let _guard = self.lock(table).await;
         // Under the lock, so a DROP that got it first is seen: Lance's Append on a missing
         // dataset creates one, which would bring a dropped table back, unregistered.
         self.engine.open(table, None).await?;
         let uri = self.engine.warehouse.uri(table);
         let params = self.engine.write_params(table, WriteMode::Append);
+        let (rows, count, failure) = counted(rows);
         // Data files first (no commit), then the commit with our retry budget.
-        let batches = if batches.is_empty() {
-            vec![RecordBatch::new_empty(schema)]
-        } else {
-            batches
-        };
         let transaction = InsertBuilder::new(uri.as_str())
             .with_params(&params)
-            .execute_uncommitted(batches)
+            .execute_uncommitted_stream(rows)
             .await
-            .map_err(Engine::lance_err("append to", table))?;
+            .map_err(|e| {
+                rows_failure(&failure).unwrap_or_else(|| Engine::lance_err("append to", table)(e))
+            })?;
         let mut commit = CommitBuilder::new(uri.as_str())
             .with_commit_handler(self.engine.handler.clone())
             .with_retry_timeout(COMMIT_RETRY_TIMEOUT)
@@ -276,7 +338,7 @@ impl WriteEngine {
             .map_err(Engine::lance_err("append to", table))?;
         Ok(Committed {
             version: dataset.version().version,
-            rows,
+            rows: count.load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 

@@ -113,6 +113,9 @@ fn engine_status(e: EngineError) -> Status {
         EngineError::AlreadyExists(t) => {
             Status::already_exists(format!("table {t} already exists"))
         }
+        EngineError::Rows(e) => {
+            Status::invalid_argument(format!("the rows could not be written: {e}"))
+        }
         other => Status::internal(other.to_string()),
     }
 }
@@ -245,10 +248,12 @@ impl LakeFlightSql {
                     .get_table(&table.namespace, &table.table)
                     .await
                     .map_err(|e| context_status(e.into()))?;
-                let batches = collect(ctx, rows, &entry.schema).await?;
+                // Streamed from DataFusion into the one commit: memory stays bounded however
+                // many rows the SELECT produces.
+                let rows = stream_into(ctx, rows, &entry.schema).await?;
                 let committed = metadata
                     .engine()
-                    .append(&table, entry.schema.clone(), batches)
+                    .append_stream(&table, rows)
                     .await
                     .map_err(engine_status)?;
                 Ok(committed.rows as i64)
@@ -447,7 +452,65 @@ impl LakeFlightSql {
         let mut stream = FlightRecordBatchStream::new_from_flight_data(
             super::ingress::checked(data).map_err(arrow_flight::error::FlightError::from),
         );
-        let mut batches = Vec::new();
+        // The first batch brings the schema; the rest are read as the write goes.
+        let first = stream
+            .try_next()
+            .await
+            .map_err(|e| decode_status("bad ingest data", e))?;
+        let schema = stream
+            .schema()
+            .cloned()
+            .or_else(|| first.as_ref().map(RecordBatch::schema))
+            .ok_or_else(|| Status::invalid_argument("ingest sent no schema"))?;
+        let existing = match metadata
+            .registry()
+            .get_table(&table.namespace, &table.table)
+            .await
+        {
+            Ok(entry) => Some(entry),
+            Err(CatalogError::NoSuchTable(..)) => None,
+            Err(e) => return Err(context_status(e.into())),
+        };
+
+        if let (Some(entry), TableExistsOption::Append) = (&existing, if_exists) {
+            // By name and lossless, the same rules as COPY INTO: reordered columns or a value
+            // that does not fit are refused, never written as NULLs.
+            crate::conform::check(&schema, &entry.schema).map_err(|problems| {
+                Status::invalid_argument(format!(
+                    "the ingested rows do not match {table}: {}",
+                    problems.join("; ")
+                ))
+            })?;
+            // Streamed into the one commit: memory stays bounded whatever the client sends.
+            let target = entry.schema.clone();
+            let rows = futures::stream::iter(first.map(Ok))
+                .chain(stream.map_err(|e| match e {
+                    arrow_flight::error::FlightError::Tonic(status) => {
+                        datafusion::error::DataFusionError::External(Box::new(*status))
+                    }
+                    other => datafusion::error::DataFusionError::External(Box::new(other)),
+                }))
+                .and_then(move |batch| {
+                    let cast = crate::conform::cast_all(vec![batch], &target)
+                        .map(|mut b| b.remove(0))
+                        .map_err(datafusion::error::DataFusionError::from);
+                    futures::future::ready(cast)
+                });
+            let rows: crate::engine::RowStream = Box::pin(
+                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                    entry.schema.clone(),
+                    rows,
+                ),
+            );
+            let committed = metadata
+                .engine()
+                .append_stream(&table, rows)
+                .await
+                .map_err(engine_status)?;
+            return Ok(committed.rows as i64);
+        }
+
+        let mut batches: Vec<RecordBatch> = first.into_iter().collect();
         while let Some(batch) = stream
             .try_next()
             .await
@@ -455,41 +518,9 @@ impl LakeFlightSql {
         {
             batches.push(batch);
         }
-        let schema = stream
-            .schema()
-            .cloned()
-            .or_else(|| batches.first().map(RecordBatch::schema))
-            .ok_or_else(|| Status::invalid_argument("ingest sent no schema"))?;
         let rows: i64 = batches.iter().map(|b| b.num_rows() as i64).sum();
-
-        match metadata
-            .registry()
-            .get_table(&table.namespace, &table.table)
-            .await
-        {
-            Ok(entry) => match if_exists {
-                TableExistsOption::Append => {
-                    // By name and lossless, the same rules as COPY INTO: reordered columns or
-                    // a value that does not fit are refused, never written as NULLs.
-                    crate::conform::check(&schema, &entry.schema).map_err(|problems| {
-                        Status::invalid_argument(format!(
-                            "the ingested rows do not match {table}: {}",
-                            problems.join("; ")
-                        ))
-                    })?;
-                    let batches =
-                        crate::conform::cast_all(batches, &entry.schema).map_err(|e| {
-                            Status::invalid_argument(format!(
-                                "the ingested rows do not fit {table}: {e}"
-                            ))
-                        })?;
-                    metadata
-                        .engine()
-                        .append(&table, entry.schema.clone(), batches)
-                        .await
-                        .map_err(engine_status)?;
-                    Ok(rows)
-                }
+        match existing {
+            Some(_) => match if_exists {
                 TableExistsOption::Replace => {
                     metadata
                         .replace_table(&table, schema, batches)
@@ -497,11 +528,11 @@ impl LakeFlightSql {
                         .map_err(context_status)?;
                     Ok(rows)
                 }
-                TableExistsOption::Fail | TableExistsOption::Unspecified => Err(
-                    Status::already_exists(format!("table {table} already exists")),
-                ),
+                _ => Err(Status::already_exists(format!(
+                    "table {table} already exists"
+                ))),
             },
-            Err(CatalogError::NoSuchTable(..)) => match if_missing {
+            None => match if_missing {
                 TableNotExistOption::Create => {
                     metadata
                         .create_table(&table, schema, batches)
@@ -513,7 +544,6 @@ impl LakeFlightSql {
                     Err(Status::not_found(format!("table {table} does not exist")))
                 }
             },
-            Err(e) => Err(context_status(e.into())),
         }
     }
 
@@ -616,6 +646,26 @@ fn single(
 }
 
 /// Runs a plan that produces rows to write, cast to the target schema.
+/// `plan`'s rows as a stream, each batch cast to `target` like [`collect`]'s.
+async fn stream_into(
+    ctx: &SessionContext,
+    plan: datafusion::logical_expr::LogicalPlan,
+    target: &SchemaRef,
+) -> Result<crate::engine::RowStream, Status> {
+    let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
+    let batches = frame.execute_stream().await.map_err(sql::status)?;
+    let table = target.clone();
+    let cast = batches.and_then(move |batch| {
+        let result = cast_all(vec![batch], &table)
+            .map(|mut b| b.remove(0))
+            .map_err(|s| datafusion::error::DataFusionError::Plan(s.message().to_owned()));
+        futures::future::ready(result)
+    });
+    Ok(Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(target.clone(), cast),
+    ))
+}
+
 async fn collect(
     ctx: &SessionContext,
     plan: datafusion::logical_expr::LogicalPlan,

@@ -10,7 +10,6 @@ use std::str::FromStr;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
-use arrow::error::ArrowError;
 use bytes::Bytes;
 use lake_common::stage::StagePath;
 
@@ -65,22 +64,38 @@ pub enum LoadError {
     SchemaMismatch { path: String, problems: Vec<String> },
 }
 
-/// Decodes `bytes` (the file at `path`) into batches with exactly `target`'s schema.
-pub fn load(
+/// A file's batches, decoded as they are pulled.
+pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch, LoadError>> + Send>;
+
+/// Checks the file at `path` (its bytes) against `target` — by name, losslessly — and returns
+/// its batches with exactly `target`'s schema, decoded lazily: a file's schema is known (and
+/// refused) before a row is decoded, and its rows need not all be in memory at once.
+pub fn batches(
     path: &StagePath,
     bytes: Bytes,
     format: Option<FileFormat>,
     target: &SchemaRef,
-) -> Result<Vec<RecordBatch>, LoadError> {
+) -> Result<Batches, LoadError> {
     let format = format
         .or_else(|| FileFormat::from_path(path))
         .ok_or_else(|| LoadError::UnknownFormat {
             path: path.to_string(),
         })?;
-    let decode = |e: &dyn std::fmt::Display| LoadError::Decode {
-        path: path.to_string(),
+    let name = path.to_string();
+    let decode = move |e: &dyn std::fmt::Display| LoadError::Decode {
+        path: name.clone(),
         format,
         message: e.to_string(),
+    };
+    let cast = {
+        let target = target.clone();
+        let decode = decode.clone();
+        move |batch: Result<RecordBatch, arrow::error::ArrowError>| {
+            batch
+                .and_then(|b| crate::conform::cast_all(vec![b], &target))
+                .map(|mut b| b.remove(0))
+                .map_err(|e| decode(&e))
+        }
     };
     match format {
         FileFormat::Parquet => {
@@ -88,17 +103,21 @@ pub fn load(
                 parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
                     .map_err(|e| decode(&e))?;
             conform(path, reader.schema().as_ref(), target)?;
-            let batches = reader
-                .build()
-                .map_err(|e| decode(&e))?
-                .collect::<Result<Vec<_>, _>>()
+            let reader = reader.build().map_err(|e| decode(&e))?;
+            Ok(Box::new(reader.map(cast)))
+        }
+        // The file format starts with "ARROW1"; anything else is read as a stream.
+        FileFormat::Arrow if bytes.starts_with(b"ARROW1") => {
+            let reader = arrow::ipc::reader::FileReader::try_new(Cursor::new(bytes), None)
                 .map_err(|e| decode(&e))?;
-            crate::conform::cast_all(batches, target).map_err(|e| decode(&e))
+            conform(path, reader.schema().as_ref(), target)?;
+            Ok(Box::new(reader.map(cast)))
         }
         FileFormat::Arrow => {
-            let (schema, batches) = read_ipc(bytes).map_err(|e| decode(&e))?;
-            conform(path, &schema, target)?;
-            crate::conform::cast_all(batches, target).map_err(|e| decode(&e))
+            let reader = arrow::ipc::reader::StreamReader::try_new(Cursor::new(bytes), None)
+                .map_err(|e| decode(&e))?;
+            conform(path, reader.schema().as_ref(), target)?;
+            Ok(Box::new(reader.map(cast)))
         }
         FileFormat::Csv => {
             // CSV has names but no types: the header must name the table's columns, in order,
@@ -117,27 +136,23 @@ pub fn load(
                     )],
                 });
             }
-            arrow::csv::ReaderBuilder::new(target.clone())
+            let reader = arrow::csv::ReaderBuilder::new(target.clone())
                 .with_header(true)
                 .build(Cursor::new(bytes))
-                .map_err(|e| decode(&e))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| decode(&e))
+                .map_err(|e| decode(&e))?;
+            Ok(Box::new(reader.map(move |b| b.map_err(|e| decode(&e)))))
         }
     }
 }
 
-fn read_ipc(bytes: Bytes) -> Result<(Schema, Vec<RecordBatch>), ArrowError> {
-    // The file format starts with "ARROW1"; anything else is tried as a stream.
-    if bytes.starts_with(b"ARROW1") {
-        let reader = arrow::ipc::reader::FileReader::try_new(Cursor::new(bytes), None)?;
-        let schema = reader.schema().as_ref().clone();
-        Ok((schema, reader.collect::<Result<_, _>>()?))
-    } else {
-        let reader = arrow::ipc::reader::StreamReader::try_new(Cursor::new(bytes), None)?;
-        let schema = reader.schema().as_ref().clone();
-        Ok((schema, reader.collect::<Result<_, _>>()?))
-    }
+/// Every batch of the file at `path`, in memory (see [`batches`]).
+pub fn load(
+    path: &StagePath,
+    bytes: Bytes,
+    format: Option<FileFormat>,
+    target: &SchemaRef,
+) -> Result<Vec<RecordBatch>, LoadError> {
+    batches(path, bytes, format, target)?.collect()
 }
 
 /// Every problem between a file's schema and the table's, or none.

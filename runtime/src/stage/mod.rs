@@ -13,7 +13,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::aws::{AwsConnection, AwsError};
 
-pub use load::{FileFormat, LoadError, load};
+pub use load::{Batches, FileFormat, LoadError, batches, load};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {

@@ -3,6 +3,8 @@
 1. SELECT * of a 10M-row table through ADBC from `lake local`, vs a raw pyarrow.flight server
    serving the same Arrow batches from memory (the transport's limit).
 2. A filtered aggregate through ADBC, vs pylance scanning the same Lance dataset in-process.
+3. Small calls, p50 of 50: `SELECT 1` through ADBC vs a raw pyarrow.flight server's
+   GetFlightInfo+DoGet of one row, and a bare ListActions on each (the per-RPC floor).
 Prints times, ratios, and the lake server's peak RSS.
 
 usage: flight.py LAKE_BINARY [ROWS] [REPEATS]
@@ -63,9 +65,23 @@ class MemoryServer(flight.FlightServerBase):
     def __init__(self, table):
         super().__init__("grpc://127.0.0.1:0")
         self.table = table
+        self.one = pa.table({"one": pa.array([1], pa.int64())})
+
+    def get_flight_info(self, context, descriptor):
+        return flight.FlightInfo(self.one.schema, descriptor, [flight.FlightEndpoint(b"one", [])], 1, -1)
 
     def do_get(self, context, ticket):
-        return flight.RecordBatchStream(self.table)
+        return flight.RecordBatchStream(self.one if ticket.ticket == b"one" else self.table)
+
+
+def p50(fn, n=50):
+    fn()  # warm the connection
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def main():
@@ -97,6 +113,21 @@ def main():
         client = flight.FlightClient(f"grpc://127.0.0.1:{server.port}")
         raw_select, raw = timed(lambda: client.do_get(flight.Ticket(b"t")).read_all())
         assert raw.num_rows == ROWS
+
+        def adbc_select_one():
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+                return cur.fetchall()
+
+        def raw_select_one():
+            info = client.get_flight_info(flight.FlightDescriptor.for_command(b"SELECT 1"))
+            return client.do_get(info.endpoints[0].ticket).read_all()
+
+        lake_one = p50(adbc_select_one)
+        raw_one = p50(raw_select_one)
+        lake_client = flight.FlightClient(query)
+        lake_rpc = p50(lambda: list(lake_client.list_actions()))
+        raw_rpc = p50(lambda: list(client.list_actions()))
         server.shutdown()
 
         predicate = "id % 7 = 0 AND b > 1000"
@@ -127,6 +158,8 @@ def main():
     print(f"{'SELECT * via ADBC vs raw pyarrow.flight (s)':<44} {lake_select:>10.3f} {raw_select:>10.3f} {lake_select / raw_select:>10.2f}")
     print(f"{'  throughput (MB/s)':<44} {mb / lake_select:>10.0f} {mb / raw_select:>10.0f}")
     print(f"{'filtered aggregate vs pylance in-process (s)':<44} {lake_agg:>10.3f} {peer_agg:>10.3f} {lake_agg / peer_agg:>10.2f}")
+    print(f"{'SELECT 1 round trip p50 vs raw GetFlightInfo+DoGet (ms)':<44} {lake_one * 1e3:>10.2f} {raw_one * 1e3:>10.2f} {lake_one / raw_one:>10.2f}")
+    print(f"{'ListActions p50 vs raw pyarrow.flight (ms)':<44} {lake_rpc * 1e3:>10.2f} {raw_rpc * 1e3:>10.2f} {lake_rpc / raw_rpc:>10.2f}")
     print(f"lake server peak RSS: {rss:.0f} MB")
 
 

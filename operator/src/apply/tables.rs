@@ -167,6 +167,23 @@ async fn create(client: &Client, desired: &DesiredTable) -> Result<(), ApplyErro
     Ok(())
 }
 
+/// The table named `name`, or `None` if there is none.
+async fn describe(
+    client: &Client,
+    name: &str,
+) -> Result<Option<aws_sdk_dynamodb::types::TableDescription>, ApplyError> {
+    match client.describe_table().table_name(name).send().await {
+        Ok(out) => Ok(out.table),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(aws("DescribeTable", name, e)),
+    }
+}
+
 /// Observes `desired` and makes it so. Never modifies a table it may not adopt: one another
 /// cluster created or adopted (its uid tags, checked before the marker, so a table another
 /// cluster has just created and not yet marked is not taken), one with another cluster's marker,
@@ -177,16 +194,7 @@ pub async fn ensure(
     may_adopt: bool,
 ) -> Result<AppliedTable, ApplyError> {
     let name = desired.name.as_str();
-    let described = match client.describe_table().table_name(name).send().await {
-        Ok(out) => out.table,
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception()) =>
-        {
-            None
-        }
-        Err(e) => return Err(aws("DescribeTable", name, e)),
-    };
+    let described = describe(client, name).await?;
     let uid_tag = crate::plan::tables::TAG_CLUSTER_UID;
     let (table, created_now) = match described {
         Some(table) => (table, false),
@@ -407,17 +415,7 @@ pub async fn delete_owned(
     delete_adopted: bool,
 ) -> Result<TableDeletion, ApplyError> {
     let name = desired.name.as_str();
-    let table = match client.describe_table().table_name(name).send().await {
-        Ok(out) => out.table,
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception()) =>
-        {
-            None
-        }
-        Err(e) => return Err(aws("DescribeTable", name, e)),
-    };
-    let Some(table) = table else {
+    let Some(table) = describe(client, name).await? else {
         return Ok(TableDeletion::Absent);
     };
     let kept = |reason: String| Ok(TableDeletion::Kept { reason });

@@ -277,25 +277,39 @@ async fn query_refuses_another_clusters_manifest_table() {
     assert!(err.to_string().contains("has no lake marker"), "{err}");
 }
 
-/// A DROP that takes the table lock before an INSERT that already found the table registered:
-/// the append must fail, not bring the dataset back (Lance's Append creates a missing dataset).
-#[tokio::test(flavor = "multi_thread")]
-async fn an_append_never_recreates_a_dropped_table() {
+/// A local lake with table `sales.<name>` holding `rows`: its directory, plan and metadata.
+async fn local_table(
+    name: &str,
+    rows: std::ops::Range<i64>,
+) -> (
+    tempfile::TempDir,
+    AuthorityPlan,
+    MetadataContext,
+    lake_runtime::engine::TableRef,
+) {
     let dir = tempfile::tempdir().unwrap();
     let plan = local_plan(dir.path());
     let metadata = MetadataContext::open(&plan.metadata(), None, &options())
         .await
         .unwrap();
-    let t = table("sales", "gone");
+    let t = table("sales", name);
     metadata
         .registry()
         .create_namespace(&t.namespace)
         .await
         .unwrap();
     metadata
-        .create_table(&t, schema(), vec![batch(0..3)])
+        .create_table(&t, schema(), vec![batch(rows)])
         .await
         .unwrap();
+    (dir, plan, metadata, t)
+}
+
+/// A DROP that takes the table lock before an INSERT that already found the table registered:
+/// the append must fail, not bring the dataset back (Lance's Append creates a missing dataset).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_append_never_recreates_a_dropped_table() {
+    let (dir, _plan, metadata, t) = local_table("gone", 0..3).await;
     metadata.drop_table(&t).await.unwrap();
     let err = metadata
         .engine()
@@ -318,21 +332,7 @@ async fn an_append_never_recreates_a_dropped_table() {
 #[tokio::test(flavor = "multi_thread")]
 async fn query_reads_the_last_finished_version_after_a_writer_died() {
     use lance_table::io::commit::external_manifest::ExternalManifestStore;
-    let dir = tempfile::tempdir().unwrap();
-    let plan = local_plan(dir.path());
-    let metadata = MetadataContext::open(&plan.metadata(), None, &options())
-        .await
-        .unwrap();
-    let t = table("sales", "staged");
-    metadata
-        .registry()
-        .create_namespace(&t.namespace)
-        .await
-        .unwrap();
-    metadata
-        .create_table(&t, schema(), vec![batch(0..10)])
-        .await
-        .unwrap();
+    let (dir, plan, metadata, t) = local_table("staged", 0..10).await;
     metadata
         .engine()
         .append(&t, schema(), vec![batch(10..20)])

@@ -420,13 +420,22 @@ fn decoded(
 ) -> impl futures::Stream<Item = datafusion::error::Result<RecordBatch>> {
     let (tx, rx) = tokio::sync::mpsc::channel(2);
     tokio::task::spawn_blocking(move || {
-        for batch in batches {
-            let batch =
-                batch.map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)));
-            // The writer stopped (an error, a drop): stop decoding.
-            if tx.blocking_send(batch).is_err() {
-                break;
+        let decode = std::panic::AssertUnwindSafe(|| {
+            for batch in batches {
+                let batch =
+                    batch.map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)));
+                // The writer stopped (an error, a drop): stop decoding.
+                if tx.blocking_send(batch).is_err() {
+                    return;
+                }
             }
+        });
+        // A decoder that panics on a hostile file must fail the write, not end the stream
+        // early (which would commit the rows decoded so far).
+        if std::panic::catch_unwind(decode).is_err() {
+            let _ = tx.blocking_send(Err(datafusion::error::DataFusionError::Execution(
+                "the file could not be decoded (the decoder failed on its contents)".into(),
+            )));
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)

@@ -27,15 +27,25 @@ enum Growth {
     Repeat,
     /// `lpad(s, n [, fill])`, `rpad`: `n` characters, up to 4 bytes each.
     Pad,
-    /// `array_repeat(x, n)`: `n` elements, at least 8 bytes each with their offsets.
+    /// `array_repeat(x, n)`: `n` copies of `x`.
     ArrayRepeat,
+    /// `array_resize(a, n [, fill])`: `n` elements of `fill`.
+    ArrayResize,
+    /// `replace(s, from, to)`: every position of `s` may become `to`.
+    Replace,
+    /// `regexp_replace(s, pattern, replacement …)`: every position may become the replacement
+    /// (and its group references copy parts of what matched).
+    RegexpReplace,
 }
 
-const BOUNDED: [(&str, Growth); 4] = [
+const BOUNDED: [(&str, Growth); 7] = [
     ("repeat", Growth::Repeat),
     ("lpad", Growth::Pad),
     ("rpad", Growth::Pad),
     ("array_repeat", Growth::ArrayRepeat),
+    ("array_resize", Growth::ArrayResize),
+    ("replace", Growth::Replace),
+    ("regexp_replace", Growth::RegexpReplace),
 ];
 
 /// Replaces `ctx`'s output-multiplying functions with bounded ones.
@@ -53,44 +63,107 @@ struct Bounded {
     growth: Growth,
 }
 
-/// One `i64` per row of `value` (integers as they are; strings as their byte lengths).
-fn per_row(value: &ColumnarValue, rows: usize, lengths: bool) -> Result<Int64Array> {
-    let array: ArrayRef = value.to_array(rows)?;
-    let array = if lengths {
-        arrow::compute::kernels::length::length(&array)?
-    } else {
-        array
-    };
-    let cast = arrow::compute::cast(&array, &DataType::Int64)?;
+/// One value per row, without materialising a scalar once per row (a 200 MB scalar copied
+/// for 8,192 rows was itself the allocation that aborted).
+enum PerRow {
+    Same(Option<i64>),
+    Each(Int64Array),
+}
+
+impl PerRow {
+    fn at(&self, row: usize) -> Option<i64> {
+        match self {
+            PerRow::Same(v) => *v,
+            PerRow::Each(a) => (row < a.len() && !a.is_null(row)).then(|| a.value(row)),
+        }
+    }
+}
+
+fn to_i64(array: &ArrayRef) -> Result<Int64Array> {
+    let cast = arrow::compute::cast(array, &DataType::Int64)?;
     cast.as_any()
         .downcast_ref::<Int64Array>()
         .cloned()
         .ok_or_else(|| DataFusionError::Internal("cast to Int64 gave another type".into()))
 }
 
-impl Bounded {
-    fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
-        let rows = args.number_rows.max(1);
-        let (Some(first), Some(count)) = (args.args.first(), args.args.get(1)) else {
-            return Ok(());
-        };
-        let counts = per_row(count, rows, false)?;
-        let unit = match self.growth {
-            Growth::Repeat => Some(per_row(first, rows, true)?),
-            Growth::Pad | Growth::ArrayRepeat => None,
-        };
-        let mut total: i64 = 0;
-        for row in 0..counts.len() {
-            if counts.is_null(row) {
-                continue;
+/// Integers as they are.
+fn ints(value: &ColumnarValue) -> Result<PerRow> {
+    Ok(match value {
+        ColumnarValue::Scalar(s) => PerRow::Same(match s.cast_to(&DataType::Int64)? {
+            datafusion::common::ScalarValue::Int64(v) => v,
+            _ => None,
+        }),
+        ColumnarValue::Array(a) => PerRow::Each(to_i64(a)?),
+    })
+}
+
+/// The byte length of each string (or of anything else: its memory, an upper bound).
+fn sizes(value: &ColumnarValue) -> Result<PerRow> {
+    use datafusion::common::ScalarValue as S;
+    Ok(match value {
+        ColumnarValue::Scalar(S::Utf8(v) | S::LargeUtf8(v) | S::Utf8View(v)) => {
+            PerRow::Same(v.as_ref().map(|s| s.len() as i64))
+        }
+        ColumnarValue::Scalar(s) => PerRow::Same(Some(s.size() as i64)),
+        ColumnarValue::Array(a) => match a.data_type() {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                PerRow::Each(to_i64(&arrow::compute::kernels::length::length(a)?)?)
             }
-            let n = counts.value(row).max(0);
-            let bytes = match (&unit, self.growth) {
-                (Some(lengths), _) if lengths.is_null(row) => 0,
-                (Some(lengths), _) => lengths.value(row).saturating_mul(n),
-                (None, Growth::Pad) => n.saturating_mul(4),
-                (None, _) => n.saturating_mul(8),
-            };
+            // Any row's element is at most the whole array.
+            _ => PerRow::Same(Some(a.get_array_memory_size() as i64)),
+        },
+    })
+}
+
+impl Bounded {
+    /// The bytes row `row` would produce.
+    fn bytes(&self, args: &[PerRow], row: usize) -> i64 {
+        let at = |i: usize| args.get(i).and_then(|a| a.at(row)).unwrap_or(0).max(0);
+        match self.growth {
+            Growth::Repeat => at(0).saturating_mul(at(1)),
+            Growth::Pad => at(1).saturating_mul(4),
+            Growth::ArrayRepeat => at(1).saturating_mul(at(0).max(8)),
+            Growth::ArrayResize => at(1).saturating_mul(at(2).max(8)),
+            Growth::Replace => (at(0) + 1).saturating_mul(at(2).max(1)),
+            // Group references copy parts of the matched text, whose total is at most `s`:
+            // at most `(len(s) + 1) × len(replacement)` for the literals, as much again for
+            // the references.
+            Growth::RegexpReplace => (at(0) + 1).saturating_mul(at(2).max(1)).saturating_mul(2),
+        }
+    }
+
+    fn per_row(&self, args: &ScalarFunctionArgs) -> Result<Vec<PerRow>> {
+        let arg = |i: usize| args.args.get(i);
+        let size_of = |i: usize| arg(i).map(sizes).transpose();
+        let int_of = |i: usize| arg(i).map(ints).transpose();
+        let none = || PerRow::Same(None);
+        Ok(match self.growth {
+            Growth::Repeat | Growth::ArrayRepeat => {
+                vec![
+                    size_of(0)?.unwrap_or_else(none),
+                    int_of(1)?.unwrap_or_else(none),
+                ]
+            }
+            Growth::Pad => vec![none(), int_of(1)?.unwrap_or_else(none)],
+            Growth::ArrayResize => vec![
+                none(),
+                int_of(1)?.unwrap_or_else(none),
+                size_of(2)?.unwrap_or(PerRow::Same(Some(8))),
+            ],
+            Growth::Replace | Growth::RegexpReplace => vec![
+                size_of(0)?.unwrap_or_else(none),
+                none(),
+                size_of(2)?.unwrap_or_else(none),
+            ],
+        })
+    }
+
+    fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
+        let per_row = self.per_row(args)?;
+        let mut total: i64 = 0;
+        for row in 0..args.number_rows.max(1) {
+            let bytes = self.bytes(&per_row, row);
             total = total.saturating_add(bytes);
             if bytes > MAX_VALUE_BYTES || total > MAX_CALL_BYTES {
                 return Err(DataFusionError::ResourcesExhausted(format!(

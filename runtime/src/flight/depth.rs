@@ -30,40 +30,83 @@ impl Level {
     }
 }
 
+/// A token that joins two expressions into one deeper one: every operator-like punctuation
+/// (sqlparser builds chains of them in a loop, not by recursion, so its recursion limit does
+/// not see them) and the keywords of binary and postfix predicates (`IS NULL IS NULL …`).
 fn is_operator(token: &Token) -> bool {
     match token {
         Token::Word(w) => matches!(
             w.keyword,
-            Keyword::AND | Keyword::OR | Keyword::XOR | Keyword::LIKE | Keyword::ILIKE
+            Keyword::AND
+                | Keyword::OR
+                | Keyword::XOR
+                | Keyword::NOT
+                | Keyword::IS
+                | Keyword::IN
+                | Keyword::LIKE
+                | Keyword::ILIKE
+                | Keyword::SIMILAR
+                | Keyword::BETWEEN
+                | Keyword::COLLATE
+                | Keyword::AT
+                | Keyword::OVERLAPS
+                | Keyword::REGEXP
+                | Keyword::RLIKE
+                | Keyword::ESCAPE
         ),
-        Token::DoubleEq
-        | Token::Eq
-        | Token::Neq
-        | Token::Lt
-        | Token::Gt
-        | Token::LtEq
-        | Token::GtEq
-        | Token::Spaceship
-        | Token::Plus
-        | Token::Minus
-        | Token::Mul
-        | Token::Div
-        | Token::DuckIntDiv
-        | Token::Mod
-        | Token::StringConcat
-        | Token::Ampersand
-        | Token::Pipe
-        | Token::Caret
-        | Token::ShiftLeft
-        | Token::ShiftRight
-        | Token::DoubleColon
-        | Token::Arrow
-        | Token::LongArrow => true,
-        _ => false,
+        // Subscripts chain (`a[1][1]…`): each `[` is a level of the chain, as well as a nest.
+        Token::LBracket => true,
+        Token::EOF
+        | Token::Number(..)
+        | Token::Char(_)
+        | Token::Comma
+        | Token::Whitespace(_)
+        | Token::LParen
+        | Token::RParen
+        | Token::RBracket
+        | Token::Period
+        | Token::SemiColon
+        | Token::Placeholder(_)
+        | Token::LBrace
+        | Token::RBrace => false,
+        // Every string literal form is an operand.
+        t if is_literal(t) => false,
+        _ => true,
     }
 }
 
+fn is_literal(token: &Token) -> bool {
+    matches!(
+        token,
+        Token::SingleQuotedString(_)
+            | Token::DoubleQuotedString(_)
+            | Token::TripleSingleQuotedString(_)
+            | Token::TripleDoubleQuotedString(_)
+            | Token::DollarQuotedString(_)
+            | Token::SingleQuotedByteStringLiteral(_)
+            | Token::DoubleQuotedByteStringLiteral(_)
+            | Token::TripleSingleQuotedByteStringLiteral(_)
+            | Token::TripleDoubleQuotedByteStringLiteral(_)
+            | Token::SingleQuotedRawStringLiteral(_)
+            | Token::DoubleQuotedRawStringLiteral(_)
+            | Token::TripleSingleQuotedRawStringLiteral(_)
+            | Token::TripleDoubleQuotedRawStringLiteral(_)
+            | Token::NationalStringLiteral(_)
+            | Token::EscapedStringLiteral(_)
+            | Token::UnicodeStringLiteral(_)
+            | Token::HexStringLiteral(_)
+    ) || matches!(
+        token,
+        Token::QuoteDelimitedStringLiteral(..) | Token::NationalQuoteDelimitedStringLiteral(..)
+    )
+}
+
+fn keyword(token: &Token, k: Keyword) -> bool {
+    matches!(token, Token::Word(w) if w.keyword == k)
+}
+
 /// Where one list item or clause ends and the next begins: not part of an operator chain.
+/// (`CASE … END` is a nesting level, not a separator: `CASE … END + CASE … END + …` chains.)
 fn is_separator(token: &Token) -> bool {
     match token {
         Token::Comma | Token::SemiColon => true,
@@ -78,7 +121,6 @@ fn is_separator(token: &Token) -> bool {
                 | Keyword::WHEN
                 | Keyword::THEN
                 | Keyword::ELSE
-                | Keyword::END
                 | Keyword::ON
                 | Keyword::JOIN
                 | Keyword::LIMIT
@@ -96,9 +138,17 @@ pub(super) fn depth(sql: &str) -> Result<usize, Status> {
         .map_err(|e| Status::invalid_argument(format!("SQL error: {e}")))?;
     let mut stack = vec![Level::default()];
     for token in &tokens {
+        if matches!(token, Token::LBracket)
+            && let Some(level) = stack.last_mut()
+        {
+            level.operators += 1;
+        }
         match token {
             Token::LParen | Token::LBracket => stack.push(Level::default()),
-            Token::RParen | Token::RBracket if stack.len() > 1 => {
+            t if keyword(t, Keyword::CASE) => stack.push(Level::default()),
+            t if (matches!(t, Token::RParen | Token::RBracket) || keyword(t, Keyword::END))
+                && stack.len() > 1 =>
+            {
                 if let Some(mut inner) = stack.pop() {
                     inner.close_item();
                     if let Some(outer) = stack.last_mut() {
@@ -158,10 +208,10 @@ mod tests {
                 3,
             ),
             ("SELECT ((1 + 2) * 3)".into(), 4),
-            (format!("SELECT x IN ({})", vec!["1"; 5000].join(", ")), 1),
+            (format!("SELECT x IN ({})", vec!["1"; 5000].join(", ")), 2),
             (
                 "SELECT CASE WHEN a = 1 THEN 'x' WHEN a = 2 THEN 'y' ELSE 'z' END".into(),
-                1,
+                2,
             ),
             (format!("SELECT {}1{}", "(".repeat(30), ")".repeat(30)), 30),
             ("SELECT (1 + (2 + (3 + 4)))".into(), 6),
@@ -169,6 +219,25 @@ mod tests {
         ];
         for (sql, want) in cases {
             assert_eq!(depth(&sql).unwrap(), want, "{}", &sql[..sql.len().min(60)]);
+        }
+    }
+
+    #[test]
+    fn chains_without_listed_operators_are_counted() {
+        let n = 5_000;
+        for sql in [
+            format!("SELECT 1{}", " IS NULL".repeat(n)),
+            format!("SELECT x{}", " IN (1)".repeat(n)),
+            format!("SELECT a{}", "[1]".repeat(n)),
+            format!(
+                "SELECT {}",
+                vec!["CASE WHEN true THEN 1 END"; n].join(" + ")
+            ),
+            format!("SELECT 'a'{}", " ~ 'b'".repeat(n)),
+        ] {
+            let d = depth(&sql).unwrap();
+            assert!(d >= n, "{} counted {d}", &sql[..40]);
+            assert!(check(&sql).is_err());
         }
     }
 

@@ -11,11 +11,16 @@ pub(super) const MAX_DECODED_BYTES: u64 = super::MAX_DECODING as u64;
 
 /// Refuses a message whose compressed buffers declare more than [`MAX_DECODED_BYTES`] in all.
 pub(super) fn check(data: &FlightData) -> Result<(), Status> {
-    if data.data_header.is_empty() {
+    check_message(&data.data_header, &data.data_body)
+}
+
+/// [`check`] for one IPC message: its flatbuffer header and its body.
+pub(crate) fn check_message(header: &[u8], body: &[u8]) -> Result<(), Status> {
+    if header.is_empty() {
         return Ok(());
     }
     let bad = |what: String| Status::invalid_argument(format!("bad Arrow IPC message: {what}"));
-    let message = root_as_message(&data.data_header).map_err(|e| bad(e.to_string()))?;
+    let message = root_as_message(header).map_err(|e| bad(e.to_string()))?;
     let batch = match message.header_type() {
         MessageHeader::RecordBatch => message.header_as_record_batch(),
         MessageHeader::DictionaryBatch => {
@@ -32,8 +37,7 @@ pub(super) fn check(data: &FlightData) -> Result<(), Status> {
             continue;
         }
         let start = usize::try_from(buffer.offset()).map_err(|_| bad("negative offset".into()))?;
-        let prefix: [u8; 8] = data
-            .data_body
+        let prefix: [u8; 8] = body
             .get(start..start.saturating_add(8))
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| bad("a buffer lies outside the message body".into()))?;

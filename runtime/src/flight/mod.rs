@@ -23,6 +23,8 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::net::TcpListener;
 
 pub use auth::{TokenFileError, Tokens};
+/// Checks one client IPC message before it is decoded (for readers of client files).
+pub(crate) use ingress::check_message as check_ipc_message;
 pub use limits::Limits;
 pub use service::{LakeFlightSql, Role};
 

@@ -255,8 +255,17 @@ async fn latest_finished(
 
 #[async_trait]
 impl ExternalManifestStore for ReadOnlyManifestStore {
+    /// A finished version only: reading a staged one (time travel into a commit in progress,
+    /// or one a dead writer left) would finalise it, which is a write.
     async fn get(&self, base_uri: &str, version: u64) -> lance::Result<String> {
-        get_path(self.kv.as_ref(), base_uri, version).await
+        let path = get_path(self.kv.as_ref(), base_uri, version).await?;
+        if !finished(&path) {
+            return Err(lance::Error::not_found(format!(
+                "version {version} of {base_uri} is not finished (a commit in progress, or one \
+                 the metadata role has yet to finalise)"
+            )));
+        }
+        Ok(path)
     }
 
     async fn get_latest_version(&self, base_uri: &str) -> lance::Result<Option<(u64, String)>> {

@@ -106,14 +106,18 @@ pub fn batches(
             let reader = reader.build().map_err(|e| decode(&e))?;
             Ok(Box::new(reader.map(cast)))
         }
-        // The file format starts with "ARROW1"; anything else is read as a stream.
+        // The file format starts with "ARROW1"; anything else is read as a stream. Every
+        // message is checked first: arrow allocates what a file declares (block sizes in the
+        // footer, decompressed lengths) before reading it, and a failed allocation aborts.
         FileFormat::Arrow if bytes.starts_with(b"ARROW1") => {
+            check_ipc_file(&bytes).map_err(|e| decode(&e))?;
             let reader = arrow::ipc::reader::FileReader::try_new(Cursor::new(bytes), None)
                 .map_err(|e| decode(&e))?;
             conform(path, reader.schema().as_ref(), target)?;
             Ok(Box::new(reader.map(cast)))
         }
         FileFormat::Arrow => {
+            check_ipc_stream(&bytes, 0).map_err(|e| decode(&e))?;
             let reader = arrow::ipc::reader::StreamReader::try_new(Cursor::new(bytes), None)
                 .map_err(|e| decode(&e))?;
             conform(path, reader.schema().as_ref(), target)?;
@@ -143,6 +147,90 @@ pub fn batches(
             Ok(Box::new(reader.map(move |b| b.map_err(|e| decode(&e)))))
         }
     }
+}
+
+/// The header (flatbuffer) and body of the encapsulated message at `at`, both within `bytes`;
+/// `None` at the end-of-stream marker.
+fn ipc_message(bytes: &[u8], at: usize) -> Result<Option<(&[u8], &[u8], usize)>, String> {
+    let word = |i: usize| -> Option<i32> {
+        Some(i32::from_le_bytes(
+            bytes.get(i..i.checked_add(4)?)?.try_into().ok()?,
+        ))
+    };
+    let Some(mut len) = word(at) else {
+        return Ok(None);
+    };
+    let mut header_at = at + 4;
+    if len == -1 {
+        // The continuation marker, then the length.
+        len = word(header_at).unwrap_or(0);
+        header_at += 4;
+    }
+    if len == 0 {
+        return Ok(None);
+    }
+    let len = usize::try_from(len).map_err(|_| format!("a negative message length at {at}"))?;
+    let header = bytes
+        .get(header_at..header_at.saturating_add(len))
+        .ok_or_else(|| format!("a message at {at} runs past the end of the file"))?;
+    let message = arrow::ipc::root_as_message(header).map_err(|e| e.to_string())?;
+    let body_at = header_at + len;
+    let body_len = usize::try_from(message.bodyLength())
+        .map_err(|_| format!("a negative body length at {at}"))?;
+    let body = bytes
+        .get(body_at..body_at.saturating_add(body_len))
+        .ok_or_else(|| format!("a message body at {at} runs past the end of the file"))?;
+    Ok(Some((header, body, body_at + body_len)))
+}
+
+fn check_one(header: &[u8], body: &[u8]) -> Result<(), String> {
+    crate::flight::check_ipc_message(header, body).map_err(|s| s.message().to_owned())
+}
+
+/// Every message of an IPC stream from `at` on.
+fn check_ipc_stream(bytes: &[u8], mut at: usize) -> Result<(), String> {
+    while let Some((header, body, next)) = ipc_message(bytes, at)? {
+        check_one(header, body)?;
+        at = next;
+    }
+    Ok(())
+}
+
+/// Every block an IPC file's footer names (what its reader will read), within the file.
+fn check_ipc_file(bytes: &[u8]) -> Result<(), String> {
+    let n = bytes.len();
+    let trailer = bytes
+        .get(n.saturating_sub(10)..)
+        .filter(|t| t.len() == 10 && t.ends_with(b"ARROW1"))
+        .ok_or("no Arrow file footer")?;
+    let footer_len = usize::try_from(i32::from_le_bytes(
+        trailer[..4].try_into().map_err(|_| "no footer length")?,
+    ))
+    .map_err(|_| "a negative footer length")?;
+    let footer = bytes
+        .get(n.saturating_sub(10).saturating_sub(footer_len)..n - 10)
+        .filter(|f| f.len() == footer_len)
+        .ok_or("the footer runs past the start of the file")?;
+    let footer = arrow::ipc::root_as_footer(footer).map_err(|e| e.to_string())?;
+    let blocks = footer
+        .dictionaries()
+        .into_iter()
+        .flatten()
+        .chain(footer.recordBatches().into_iter().flatten());
+    for block in blocks {
+        let offset = usize::try_from(block.offset()).map_err(|_| "a negative block offset")?;
+        let meta = usize::try_from(block.metaDataLength()).map_err(|_| "a negative block")?;
+        let body = usize::try_from(block.bodyLength()).map_err(|_| "a negative block body")?;
+        let end = offset
+            .checked_add(meta)
+            .and_then(|e| e.checked_add(body))
+            .filter(|e| *e <= n)
+            .ok_or("a block lies outside the file")?;
+        let (header, message_body, _) =
+            ipc_message(&bytes[..end], offset)?.ok_or("a block holds no message")?;
+        check_one(header, message_body)?;
+    }
+    Ok(())
 }
 
 /// Every batch of the file at `path`, in memory (see [`batches`]).

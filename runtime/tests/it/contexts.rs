@@ -375,6 +375,9 @@ async fn query_reads_the_last_finished_version_after_a_writer_died() {
         !final_file.exists(),
         "the query role finalised a commit (it wrote a manifest)"
     );
+    // Time travel into the unfinished version: refused, and still nothing written.
+    assert!(query.engine().open(&t, Some(2)).await.is_err());
+    assert!(!final_file.exists(), "time travel finalised a commit");
 
     assert_eq!(metadata.finalise_staged().await.unwrap(), 1);
     assert!(final_file.exists(), "metadata did not finalise the commit");

@@ -364,3 +364,52 @@ fn hostile_clients_writes_larger_than_memory_stream() {
     assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
     eprint!("{stdout}");
 }
+
+/// An Arrow IPC stream whose record batch's first compressed buffer declares `declared`
+/// uncompressed bytes (a stage file for COPY INTO).
+fn forged_ipc_stream(declared: i64) -> Vec<u8> {
+    use arrow::ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions, write_message};
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![std::sync::Arc::new(Int64Array::from_iter_values(0..1024))],
+    )
+    .unwrap();
+    let options = IpcWriteOptions::default()
+        .try_with_compression(Some(arrow::ipc::CompressionType::LZ4_FRAME))
+        .unwrap();
+    let generator = IpcDataGenerator::default();
+    let mut tracker = DictionaryTracker::new(false);
+    let mut out = Vec::new();
+    let schema_message =
+        generator.schema_to_bytes_with_dictionary_tracker(&schema, &mut tracker, &options);
+    write_message(&mut out, schema_message, &options).unwrap();
+    let (_, mut encoded) = generator
+        .encode(&batch, &mut tracker, &options, &mut Default::default())
+        .unwrap();
+    let message = arrow::ipc::root_as_message(&encoded.ipc_message).unwrap();
+    let buffers = message.header_as_record_batch().unwrap().buffers().unwrap();
+    let at = buffers.iter().find(|b| b.length() >= 8).unwrap().offset() as usize;
+    encoded.arrow_data[at..at + 8].copy_from_slice(&declared.to_le_bytes());
+    write_message(&mut out, encoded, &options).unwrap();
+    out.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
+    out
+}
+
+#[test]
+fn hostile_clients_a_forged_stage_file_cannot_exhaust_memory() {
+    let lake = LocalLake::start();
+    sql_ok(&lake.metadata, "CREATE SCHEMA sales");
+    sql_ok(&lake.metadata, "CREATE TABLE sales.t (id BIGINT)");
+    let stage = lake.dir.path().join("_stage/in");
+    std::fs::create_dir_all(&stage).unwrap();
+    std::fs::write(stage.join("evil.arrows"), forged_ipc_stream(1 << 45)).unwrap();
+    std::fs::write(stage.join("fine.arrows"), forged_ipc_stream(8192)).unwrap();
+    let (ok, _, stderr) = lake_sql(&lake.metadata, "COPY INTO sales.t FROM 'in/evil.arrows'");
+    assert!(!ok && stderr.contains("decompressed"), "{stderr}");
+    // The server is up and nothing was loaded.
+    assert_eq!(
+        sql_ok(&lake.query, "SELECT count(*) AS n FROM sales.t"),
+        "n\n0\n"
+    );
+}

@@ -131,6 +131,8 @@ check("only the conforming row landed, intact", rows(query, "SELECT id, name FRO
 
 # 5. One request never takes the process down.
 refused("a 100k-term expression", query, "SELECT " + "+".join(["1"] * 100_000), "InvalidArgument", "nest")
+refused("a 100k-long IS NULL chain", query, "SELECT 1" + " IS NULL" * 100_000, "InvalidArgument", "nest")
+refused("a 100k-long CASE chain", query, "SELECT " + " + ".join(["CASE WHEN true THEN 1 END"] * 50_000), "InvalidArgument", "nest")
 refused("a 100k-deep parenthesis", query, "SELECT " + "(" * 100_000 + "1" + ")" * 100_000, "InvalidArgument")
 check("a 1,500-term expression is evaluated",
       rows(query, "SELECT " + "+".join(["1"] * 1500)) == [(1500,)])
@@ -140,7 +142,11 @@ for sql in [f"SELECT repeat('x', {N})", f"SELECT repeat(arrow_cast('x', 'LargeUt
             f"SELECT repeat(arrow_cast('x', 'Utf8View'), {N})", f"SELECT lpad('x', {N})",
             f"SELECT rpad(arrow_cast('x', 'LargeUtf8'), {N}, 'ab')", f"SELECT array_repeat(1, {N})",
             "SELECT repeat(repeat('x', 1048576), 1048576)",
-            f"SELECT repeat(item, {N}) FROM sales.orders"]:
+            f"SELECT repeat(item, {N}) FROM sales.orders",
+            "SELECT array_repeat(array_repeat(1, 30000000), 30000000)",
+            "SELECT array_resize([1], 1000000000000)",
+            "SELECT replace(repeat('x', 1000000), 'x', repeat('y', 100000))",
+            "SELECT regexp_replace(repeat('x', 1000000), 'x', repeat('y', 100000))"]:
     with query.cursor() as cur:
         try:
             cur.execute(sql)
@@ -149,6 +155,11 @@ for sql in [f"SELECT repeat('x', {N})", f"SELECT repeat(arrow_cast('x', 'LargeUt
         except adbc_driver_manager.Error as e:
             check(f"{sql}: refused", "ResourceExhausted" in str(e), str(e))
 check("a modest repeat still works", rows(query, "SELECT repeat('ab', 3) AS r") == [("ababab",)])
+check("a large scalar repeated zero times per row is not copied per row", rows(query,
+      "SELECT count(*) FROM (SELECT repeat(arrow_cast(repeat('x', 20000000), 'LargeUtf8'), value * 0) AS r "
+      "FROM generate_series(1, 8192))") == [(8192,)])
+check("modest replace and regexp_replace still work", rows(query,
+      "SELECT replace('abc', 'b', 'xx'), regexp_replace('abc', 'b', 'yy')") == [("axxc", "ayyc")])
 alive("huge allocations")
 
 # Forged and altered statement handles: refused, the server unharmed.

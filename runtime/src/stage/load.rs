@@ -149,9 +149,17 @@ pub fn batches(
     }
 }
 
+/// One encapsulated IPC message, within the file's bytes.
+struct IpcMessage<'a> {
+    header: &'a [u8],
+    body: &'a [u8],
+    /// Where the next message starts.
+    next: usize,
+}
+
 /// The header (flatbuffer) and body of the encapsulated message at `at`, both within `bytes`;
 /// `None` at the end-of-stream marker.
-fn ipc_message(bytes: &[u8], at: usize) -> Result<Option<(&[u8], &[u8], usize)>, String> {
+fn ipc_message(bytes: &[u8], at: usize) -> Result<Option<IpcMessage<'_>>, String> {
     let word = |i: usize| -> Option<i32> {
         Some(i32::from_le_bytes(
             bytes.get(i..i.checked_add(4)?)?.try_into().ok()?,
@@ -180,7 +188,11 @@ fn ipc_message(bytes: &[u8], at: usize) -> Result<Option<(&[u8], &[u8], usize)>,
     let body = bytes
         .get(body_at..body_at.saturating_add(body_len))
         .ok_or_else(|| format!("a message body at {at} runs past the end of the file"))?;
-    Ok(Some((header, body, body_at + body_len)))
+    Ok(Some(IpcMessage {
+        header,
+        body,
+        next: body_at + body_len,
+    }))
 }
 
 fn check_one(header: &[u8], body: &[u8]) -> Result<(), String> {
@@ -189,9 +201,9 @@ fn check_one(header: &[u8], body: &[u8]) -> Result<(), String> {
 
 /// Every message of an IPC stream from `at` on.
 fn check_ipc_stream(bytes: &[u8], mut at: usize) -> Result<(), String> {
-    while let Some((header, body, next)) = ipc_message(bytes, at)? {
-        check_one(header, body)?;
-        at = next;
+    while let Some(message) = ipc_message(bytes, at)? {
+        check_one(message.header, message.body)?;
+        at = message.next;
     }
     Ok(())
 }
@@ -226,9 +238,8 @@ fn check_ipc_file(bytes: &[u8]) -> Result<(), String> {
             .and_then(|e| e.checked_add(body))
             .filter(|e| *e <= n)
             .ok_or("a block lies outside the file")?;
-        let (header, message_body, _) =
-            ipc_message(&bytes[..end], offset)?.ok_or("a block holds no message")?;
-        check_one(header, message_body)?;
+        let message = ipc_message(&bytes[..end], offset)?.ok_or("a block holds no message")?;
+        check_one(message.header, message.body)?;
     }
     Ok(())
 }

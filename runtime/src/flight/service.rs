@@ -204,10 +204,16 @@ impl LakeFlightSql {
     /// Returns affected rows.
     async fn write(&self, ctx: &SessionContext, write: Write) -> Result<i64, Status> {
         self.writer()?;
+        // Writes count among the endpoint's running statements too; once admitted, a write
+        // runs to completion.
+        let slot = self.governor.admit()?;
         let (this, ctx) = (self.clone(), ctx.clone());
-        tokio::spawn(async move { this.write_now(&ctx, write).await })
-            .await
-            .map_err(|e| Status::internal(format!("the write failed inside the server: {e}")))?
+        tokio::spawn(async move {
+            let _slot = slot;
+            this.write_now(&ctx, write).await
+        })
+        .await
+        .map_err(|e| Status::internal(format!("the write failed inside the server: {e}")))?
     }
 
     async fn write_now(&self, ctx: &SessionContext, write: Write) -> Result<i64, Status> {
@@ -578,7 +584,18 @@ fn with_deadline(
     slot: tokio::sync::OwnedSemaphorePermit,
 ) -> FlightBatches {
     let deadline = tokio::time::Instant::now() + limit;
-    stream::unfold(Some((stream, slot)), move |state| async move {
+    // The slot is released at the deadline even if the client never reads again (the stream
+    // is only polled when it does): a watchdog takes it back.
+    let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
+    let watchdog = {
+        let slot = slot.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        })
+    };
+    let guard = AbortOnDrop(watchdog);
+    stream::unfold(Some((stream, (slot, guard))), move |state| async move {
         let (mut stream, slot) = state?;
         tokio::select! {
             item = stream.next() => item.map(|item| (item, Some((stream, slot)))),
@@ -594,6 +611,15 @@ fn with_deadline(
         }
     })
     .boxed()
+}
+
+/// Aborts a task when dropped (the stream ended or was dropped before its deadline).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A refusal from the transport or the ingress check keeps its code; anything else is the
@@ -788,8 +814,10 @@ impl FlightSqlService for LakeFlightSql {
         // Refused before a byte of data is read on the query endpoint.
         self.writer()?;
         // Like every write, it runs to completion in its own task (see `write`).
+        let slot = self.governor.admit()?;
         let (this, data) = (self.clone(), request.into_inner());
         tokio::spawn(async move {
+            let _slot = slot;
             let metadata = this.writer()?;
             this.ingest(metadata, command, data).await
         })

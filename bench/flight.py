@@ -73,6 +73,9 @@ class MemoryServer(flight.FlightServerBase):
     def do_get(self, context, ticket):
         return flight.RecordBatchStream(self.one if ticket.ticket == b"one" else self.table)
 
+    def list_actions(self, context):
+        return []
+
 
 def p50(fn, n=50):
     fn()  # warm the connection

@@ -488,7 +488,10 @@ impl LakeFlightSql {
                 ))
             })?;
             // Streamed into the one commit: memory stays bounded whatever the client sends.
+            // The table's lock is held while it streams, so a client that stops sending fails
+            // its ingest after the endpoint's time limit instead of blocking the table's writes.
             let target = entry.schema.clone();
+            let stream = idle_limited(stream, self.governor.limits.query_timeout);
             let rows = futures::stream::iter(first.map(Ok))
                 .chain(stream.map_err(|e| match e {
                     arrow_flight::error::FlightError::Tonic(status) => {
@@ -611,6 +614,32 @@ fn with_deadline(
         }
     })
     .boxed()
+}
+
+/// `stream`, failing with DEADLINE_EXCEEDED when the client sends nothing for `limit`.
+fn idle_limited<S>(
+    stream: S,
+    limit: std::time::Duration,
+) -> impl Stream<Item = Result<RecordBatch, arrow_flight::error::FlightError>> + Send
+where
+    S: Stream<Item = Result<RecordBatch, arrow_flight::error::FlightError>> + Send + Unpin,
+{
+    stream::unfold(Some(stream), move |state| async move {
+        let mut stream = state?;
+        match tokio::time::timeout(limit, stream.next()).await {
+            Ok(item) => item.map(|item| (item, Some(stream))),
+            Err(_) => Some((
+                Err(arrow_flight::error::FlightError::Tonic(Box::new(
+                    Status::deadline_exceeded(format!(
+                        "the client sent nothing for {} s (LAKE_QUERY_TIMEOUT_SECONDS); the \
+                         ingest was stopped and nothing was committed",
+                        limit.as_secs()
+                    )),
+                ))),
+                None,
+            )),
+        }
+    })
 }
 
 /// Aborts a task when dropped (the stream ended or was dropped before its deadline).

@@ -408,3 +408,48 @@ fn hostile_clients_a_forged_stage_file_cannot_exhaust_memory() {
         "n\n0\n"
     );
 }
+
+const IDLE_INGEST: &str = r#"
+import sys, threading, time, pyarrow as pa, pyarrow.flight as flight, adbc_driver_flightsql.dbapi as flightsql
+sys.path.insert(0, "runtime/tests/it")
+from flightsql_commands import command, pb_string
+meta = sys.argv[1]
+def sql(q):
+    with flightsql.connect(meta, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(q)
+        return cur.fetchall()
+sql("CREATE SCHEMA sales"); sql("CREATE TABLE sales.t (id BIGINT)")
+# ADBC ingest, append mode (table_definition_options { if_exists: APPEND }), by hand.
+options = b"\x0a\x02\x10\x02"
+cmd = command("CommandStatementIngest", options + pb_string(2, "t") + pb_string(3, "sales"))
+schema = pa.schema([("id", pa.int64())])
+writer, reader = flight.FlightClient(meta).do_put(flight.FlightDescriptor.for_command(cmd), schema)
+writer.write_batch(pa.record_batch([pa.array([1, 2, 3])], schema=schema))
+time.sleep(0.5)  # the ingest now streams into the table, holding its lock, and sends nothing
+done = {}
+insert = threading.Thread(target=lambda: done.setdefault("rows", sql("INSERT INTO sales.t VALUES (9)")))
+started = time.monotonic()
+insert.start()
+insert.join(15)
+waited = time.monotonic() - started
+try:
+    writer.close()
+except Exception:
+    pass
+assert done.get("rows") == [(1,)], f"another write on the table was blocked for {waited:.1f} s by an idle ingest"
+print(f"ok another write went through after {waited:.1f} s")
+assert sql("SELECT id FROM sales.t") == [(9,)], "the idle ingest committed rows"
+print("ok the idle ingest committed nothing")
+print("2 passed, 0 failed")
+"#;
+
+/// A streaming ingest holds its table's lock: a client that stops sending must not block the
+/// table's other writes for longer than the endpoint's time limit.
+#[test]
+fn hostile_clients_an_idle_ingest_does_not_hold_the_table() {
+    let lake = LocalLake::start_with(&["--query-timeout-seconds", "2"]);
+    let (ok, stdout, stderr) = python(&["-c", IDLE_INGEST, &lake.metadata]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("2 passed, 0 failed"), "{stdout}");
+    eprint!("{stdout}");
+}

@@ -420,7 +420,7 @@ fn dropped_roles(validated: &ValidatedCluster, previous: Option<&PoliciesStatus>
         .map(|p| p.role.clone())
         .filter(|r| !current.contains(&plan::iam::role_name(r).to_ascii_lowercase()))
         .collect();
-    dropped.dedup();
+    dropped.dedup_by_key(|r| plan::iam::role_name(r).to_ascii_lowercase());
     dropped
 }
 
@@ -808,6 +808,9 @@ async fn cleanup(cluster: &LakeCluster, ctx: &Context) -> Result<Action, Reconci
         if let Some(iam) = validated.iam.as_ref().filter(|i| i.manage) {
             roles.extend([iam.query_role.clone(), iam.metadata_role.clone()]);
         }
+        // IAM role names are case-insensitive; a role named by both spec and status once.
+        roles.sort_by_key(|r| plan::iam::role_name(r).to_ascii_lowercase());
+        roles.dedup_by_key(|r| plan::iam::role_name(r).to_ascii_lowercase());
         let name = plan::iam::policy_name(&validated.namespace, &validated.name);
         for role in roles {
             match apply::iam::remove(&clients.iam, &role, &name).await {

@@ -73,32 +73,24 @@ pub fn widens(from: &DataType, to: &DataType) -> bool {
     }
 }
 
-/// `batches` with exactly `target`'s schema, columns taken by name (after [`check`]).
-pub fn cast_all(
-    batches: Vec<RecordBatch>,
-    target: &SchemaRef,
-) -> Result<Vec<RecordBatch>, ArrowError> {
+/// `batch` with exactly `target`'s schema, columns taken by name (after [`check`]).
+pub fn cast_batch(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     // Not "safe": a value that does not fit is an error, never a silent null.
     let options = CastOptions {
         safe: false,
         ..Default::default()
     };
-    batches
-        .into_iter()
-        .map(|batch| {
-            let columns = target
-                .fields()
-                .iter()
-                .map(|field| {
-                    let column = batch.column_by_name(field.name()).ok_or_else(|| {
-                        ArrowError::SchemaError(format!("column {:?} is missing", field.name()))
-                    })?;
-                    arrow::compute::cast_with_options(column, field.data_type(), &options)
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            RecordBatch::try_new(Arc::clone(target), columns)
+    let columns = target
+        .fields()
+        .iter()
+        .map(|field| {
+            let column = batch.column_by_name(field.name()).ok_or_else(|| {
+                ArrowError::SchemaError(format!("column {:?} is missing", field.name()))
+            })?;
+            arrow::compute::cast_with_options(column, field.data_type(), &options)
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(Arc::clone(target), columns)
 }
 
 #[cfg(test)]

@@ -154,8 +154,10 @@ fn main() -> ExitCode {
                     query_timeout_seconds,
                     max_concurrent_queries,
                 };
-                if configured.fields_are_positive().is_err() {
-                    return Err("the limits must be whole numbers above 0".into());
+                if let Err(name) = configured.fields_are_positive() {
+                    return Err(format!(
+                        "{name} (or its lake local flag) must be a whole number above 0"
+                    ));
                 }
                 let limits = flight::Limits::resolve(&configured);
                 if token_file.is_some() {

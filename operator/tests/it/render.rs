@@ -203,3 +203,47 @@ fn samples_render_their_golden_files() {
         }
     }
 }
+
+/// `render --allowlist`: the administrator's check offline. A refused spec exits 1 naming the
+/// field; a malformed allowlist is an error naming what is wrong; an allowing one renders.
+#[test]
+fn render_checks_the_allowlist() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let sample = "config/samples/lakecluster-cloud.yaml";
+    let other_team = write(
+        "other.yaml",
+        "namespaces:\n  data:\n    roles: [payments-*]\n    storage: [{bucket: acme-lake, prefix: analytics}]\n",
+    );
+    let out = render(sample, &["--allowlist", &other_team]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a refused spec rendered");
+    assert!(
+        stderr.contains("spec.iam.queryRole") && stderr.contains("spec.iam.metadataRole"),
+        "{stderr}"
+    );
+    let typo = write(
+        "typo.yaml",
+        "namespaces:\n  data:\n    rolez: [lake-query]\n",
+    );
+    let out = render(sample, &["--allowlist", &typo]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("rolez"),
+        "{stderr}"
+    );
+    let allowed = write(
+        "ok.yaml",
+        "namespaces:\n  data:\n    roles: [lake-query, lake-metadata]\n    storage: [{bucket: acme-lake, prefix: analytics}]\n",
+    );
+    let out = render(sample, &["--allowlist", &allowed]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

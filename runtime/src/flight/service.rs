@@ -500,10 +500,10 @@ impl LakeFlightSql {
                     other => datafusion::error::DataFusionError::External(Box::new(other)),
                 }))
                 .and_then(move |batch| {
-                    let cast = crate::conform::cast_all(vec![batch], &target)
-                        .map(|mut b| b.remove(0))
-                        .map_err(datafusion::error::DataFusionError::from);
-                    futures::future::ready(cast)
+                    futures::future::ready(
+                        crate::conform::cast_batch(batch, &target)
+                            .map_err(datafusion::error::DataFusionError::from),
+                    )
                 });
             let rows: crate::engine::RowStream = Box::pin(
                 datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
@@ -711,8 +711,7 @@ async fn stream_into(
     let batches = frame.execute_stream().await.map_err(sql::status)?;
     let table = target.clone();
     let cast = batches.and_then(move |batch| {
-        let result = cast_all(vec![batch], &table)
-            .map(|mut b| b.remove(0))
+        let result = cast_to_table(batch, &table)
             .map_err(|s| datafusion::error::DataFusionError::Plan(s.message().to_owned()));
         futures::future::ready(result)
     });
@@ -728,42 +727,36 @@ async fn collect(
 ) -> Result<Vec<RecordBatch>, Status> {
     let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
     let batches = frame.collect().await.map_err(sql::status)?;
-    cast_all(batches, target)
+    batches
+        .into_iter()
+        .map(|b| cast_to_table(b, target))
+        .collect()
 }
 
 /// Casts a plan's rows (which DataFusion has aligned to the table's columns) to the table's
 /// schema, column by column; a mismatch is the client's error.
-fn cast_all(batches: Vec<RecordBatch>, target: &SchemaRef) -> Result<Vec<RecordBatch>, Status> {
-    if let Some(b) = batches
-        .iter()
-        .find(|b| b.num_columns() != target.fields().len())
-    {
+fn cast_to_table(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, Status> {
+    if batch.num_columns() != target.fields().len() {
         return Err(Status::invalid_argument(format!(
             "the rows have {} columns, the table has {}",
-            b.num_columns(),
+            batch.num_columns(),
             target.fields().len()
         )));
     }
-    batches
-        .into_iter()
-        .map(|b| {
-            let columns = b
-                .columns()
-                .iter()
-                .zip(target.fields())
-                // Not "safe": a value that does not fit is an error, never a silent NULL.
-                .map(|(c, f)| {
-                    let options = arrow::compute::CastOptions {
-                        safe: false,
-                        ..Default::default()
-                    };
-                    arrow::compute::cast_with_options(c, f.data_type(), &options)
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            RecordBatch::try_new(target.clone(), columns)
-        })
-        .collect::<Result<_, _>>()
-        .map_err(|e| Status::invalid_argument(format!("the rows do not match the table: {e}")))
+    // Not "safe": a value that does not fit is an error, never a silent NULL.
+    let options = arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(target.fields())
+        .map(|(c, f)| arrow::compute::cast_with_options(c, f.data_type(), &options))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|columns| RecordBatch::try_new(target.clone(), columns))
+        .map_err(|e| Status::invalid_argument(format!("the rows do not match the table: {e}")))?;
+    Ok(columns)
 }
 
 #[tonic::async_trait]

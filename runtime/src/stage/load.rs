@@ -92,8 +92,7 @@ pub fn batches(
         let decode = decode.clone();
         move |batch: Result<RecordBatch, arrow::error::ArrowError>| {
             batch
-                .and_then(|b| crate::conform::cast_all(vec![b], &target))
-                .map(|mut b| b.remove(0))
+                .and_then(|b| crate::conform::cast_batch(b, &target))
                 .map_err(|e| decode(&e))
         }
     };

@@ -20,7 +20,7 @@ use arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 
 use crate::catalog::{CatalogError, Registry, TableEntry, new_entry};
-use crate::engine::{Engine, EngineError, TableRef, Warehouse, WriteEngine};
+use crate::engine::{Engine, EngineError, RowStream, TableRef, Warehouse, WriteEngine};
 use crate::manifest::{
     AuthorityError, ManifestStore, ReadOnlyManifestStore, load_marker, verify_marker,
 };
@@ -306,25 +306,40 @@ impl MetadataContext {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
     ) -> Result<TableEntry, ContextError> {
+        self.create_table_stream(table, crate::engine::rows_of(schema, batches))
+            .await
+            .map(|(entry, _)| entry)
+    }
+
+    /// [`MetadataContext::create_table`] with the schema and rows of `rows`, streamed into the
+    /// first commit (a `CREATE TABLE … AS SELECT`, an ingest of any size). Returns the
+    /// registration and the rows written.
+    pub async fn create_table_stream(
+        &self,
+        table: &TableRef,
+        rows: RowStream,
+    ) -> Result<(TableEntry, u64), ContextError> {
         let location = self.engine.warehouse().uri(table);
         let entry = new_entry(
             table.namespace.clone(),
             table.table.clone(),
             location,
-            schema.clone(),
+            rows.schema(),
         );
         self.registry.create_table(&entry).await?;
-        if let Err(e) = self.engine.create(table, schema, batches).await {
-            if let Err(undo) = self
-                .registry
-                .drop_table(&table.namespace, &table.table)
-                .await
-            {
-                tracing::error!(%table, error = %undo, "could not withdraw the registration of a table whose dataset failed");
+        match self.engine.create_stream(table, rows).await {
+            Ok(committed) => Ok((entry, committed.rows)),
+            Err(e) => {
+                if let Err(undo) = self
+                    .registry
+                    .drop_table(&table.namespace, &table.table)
+                    .await
+                {
+                    tracing::error!(%table, error = %undo, "could not withdraw the registration of a table whose dataset failed");
+                }
+                Err(e.into())
             }
-            return Err(e.into());
         }
-        Ok(entry)
     }
 
     /// Finalises the commits writers left staged (a writer that died between recording its
@@ -342,29 +357,33 @@ impl MetadataContext {
         Ok(tables.len())
     }
 
-    /// Replaces a table's schema and rows (ADBC ingest `replace`): the registration is updated
-    /// first, then the dataset is overwritten; if the overwrite fails, the previous
-    /// registration is restored, so the registry always describes the dataset that is there.
+    /// Replaces a table's schema and rows (ADBC ingest `replace`) with those of `rows`, in one
+    /// commit. The new data files are written first (under the table's lock), then the
+    /// registration is updated, then the files are committed; if the commit fails, the previous
+    /// registration is restored. A failure while the rows stream in changes nothing, and the
+    /// registry and the dataset disagree at most for the commit itself. Returns the rows written.
     pub async fn replace_table(
         &self,
         table: &TableRef,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-    ) -> Result<TableEntry, ContextError> {
+        rows: RowStream,
+    ) -> Result<(TableEntry, u64), ContextError> {
         let previous = self
             .registry
             .get_table(&table.namespace, &table.table)
             .await?;
         let mut next = previous.clone();
-        next.schema = schema.clone();
+        next.schema = rows.schema();
+        let staged = self.engine.stage_overwrite(table, rows).await?;
         self.registry.update_table(&next).await?;
-        if let Err(e) = self.engine.overwrite(table, schema, batches).await {
-            if let Err(undo) = self.registry.update_table(&previous).await {
-                tracing::error!(%table, error = %undo, "could not restore the registration of a table whose overwrite failed");
+        match self.engine.commit(staged).await {
+            Ok(committed) => Ok((next, committed.rows)),
+            Err(e) => {
+                if let Err(undo) = self.registry.update_table(&previous).await {
+                    tracing::error!(%table, error = %undo, "could not restore the registration of a table whose overwrite failed");
+                }
+                Err(e.into())
             }
-            return Err(e.into());
         }
-        Ok(next)
     }
 
     /// `COPY INTO`: loads the stage file at `path` (or every file under it) into `table` as one
@@ -389,7 +408,7 @@ impl MetadataContext {
             files.push(stage::batches(&file, bytes, format, &entry.schema)?);
         }
         let rows = futures::stream::iter(files).map(decoded).flatten();
-        let rows: crate::engine::RowStream = Box::pin(
+        let rows: RowStream = Box::pin(
             datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
                 entry.schema.clone(),
                 rows,

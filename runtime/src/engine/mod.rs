@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
-use arrow::record_batch::{RecordBatch, RecordBatchIterator};
+use arrow::record_batch::RecordBatch;
 use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::write::{CommitBuilder, InsertBuilder};
@@ -40,7 +40,7 @@ pub enum EngineError {
     /// The rows to write could not be produced (bad input: a cast, a decode): nothing was
     /// committed.
     #[error("the rows could not be written: {0}")]
-    Rows(String),
+    Rows(#[source] Arc<datafusion::error::DataFusionError>),
     #[error("table {0} cannot be read: its Lance metadata is damaged")]
     Corrupt(TableRef),
     #[error("listing the warehouse: {0}")]
@@ -75,13 +75,13 @@ pub fn rows_of(schema: SchemaRef, batches: Vec<RecordBatch>) -> RowStream {
 }
 
 /// `rows`, counting what passes and keeping the first error it yields (the client's bad
-/// data, which Lance would otherwise report as its own failure).
+/// data or a stopped client, which Lance would otherwise report as its own failure).
 fn counted(
     rows: RowStream,
 ) -> (
     RowStream,
     Arc<std::sync::atomic::AtomicU64>,
-    Arc<Mutex<Option<String>>>,
+    Arc<Mutex<Option<Arc<datafusion::error::DataFusionError>>>>,
 ) {
     use futures::TryStreamExt;
     let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -92,9 +92,11 @@ fn counted(
         .inspect_ok(move |b| {
             c.fetch_add(b.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
         })
-        .inspect_err(move |e| {
+        .map_err(move |e| {
+            let e = Arc::new(e);
             let mut slot = f.lock().unwrap_or_else(|p| p.into_inner());
-            slot.get_or_insert_with(|| e.to_string());
+            slot.get_or_insert_with(|| e.clone());
+            datafusion::error::DataFusionError::External(Box::new(SharedError(e)))
         });
     (
         Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows)),
@@ -103,12 +105,49 @@ fn counted(
     )
 }
 
-fn rows_failure(failure: &Mutex<Option<String>>) -> Option<EngineError> {
+/// An error kept by [`counted`] and handed on to Lance too.
+#[derive(Debug)]
+struct SharedError(Arc<datafusion::error::DataFusionError>);
+
+impl std::fmt::Display for SharedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
+    }
+}
+
+fn rows_failure(
+    failure: &Mutex<Option<Arc<datafusion::error::DataFusionError>>>,
+) -> Option<EngineError> {
     failure
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .take()
         .map(EngineError::Rows)
+}
+
+/// The data files of one write, written but not committed. It holds the table's in-process
+/// commit lock, so nothing else commits to the table between the files and their commit;
+/// dropping it uncommitted leaves the table as it was.
+#[derive(Debug)]
+pub struct Staged {
+    table: TableRef,
+    operation: &'static str,
+    transaction: lance::dataset::transaction::Transaction,
+    rows: u64,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Staged {
+    /// The rows the staged files hold.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
 }
 
 /// What an append or delete did.
@@ -265,30 +304,18 @@ impl WriteEngine {
         table: &TableRef,
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
-    ) -> Result<Dataset, EngineError> {
-        let _guard = self.lock(table).await;
-        self.write(table, WriteMode::Create, schema, batches, "create")
-            .await
+    ) -> Result<Committed, EngineError> {
+        self.create_stream(table, rows_of(schema, batches)).await
     }
 
-    /// One `Dataset::write` in `mode` (the caller holds the table's lock).
-    async fn write(
+    /// Creates a table with the schema and rows of `rows`, streamed into one commit.
+    pub async fn create_stream(
         &self,
         table: &TableRef,
-        mode: WriteMode,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-        operation: &'static str,
-    ) -> Result<Dataset, EngineError> {
-        let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
-        let params = self.engine.write_params(table, mode);
-        Dataset::write(
-            reader,
-            self.engine.warehouse.uri(table).as_str(),
-            Some(params),
-        )
-        .await
-        .map_err(Engine::lance_err(operation, table))
+        rows: RowStream,
+    ) -> Result<Committed, EngineError> {
+        let staged = self.stage(table, WriteMode::Create, rows).await?;
+        self.commit(staged).await
     }
 
     /// Appends `batches` in one commit. Concurrent appends from other processes are retried by
@@ -310,36 +337,8 @@ impl WriteEngine {
         table: &TableRef,
         rows: RowStream,
     ) -> Result<Committed, EngineError> {
-        let _guard = self.lock(table).await;
-        // Under the lock, so a DROP that got it first is seen: Lance's Append on a missing
-        // dataset creates one, which would bring a dropped table back, unregistered.
-        self.engine.open(table, None).await?;
-        let uri = self.engine.warehouse.uri(table);
-        let params = self.engine.write_params(table, WriteMode::Append);
-        let (rows, count, failure) = counted(rows);
-        // Data files first (no commit), then the commit with our retry budget.
-        let transaction = InsertBuilder::new(uri.as_str())
-            .with_params(&params)
-            .execute_uncommitted_stream(rows)
-            .await
-            .map_err(|e| {
-                rows_failure(&failure).unwrap_or_else(|| Engine::lance_err("append to", table)(e))
-            })?;
-        let mut commit = CommitBuilder::new(uri.as_str())
-            .with_commit_handler(self.engine.handler.clone())
-            .with_retry_timeout(COMMIT_RETRY_TIMEOUT)
-            .with_max_retries(COMMIT_MAX_RETRIES);
-        if let Some(store_params) = params.store_params.clone() {
-            commit = commit.with_store_params(store_params);
-        }
-        let dataset = commit
-            .execute(transaction)
-            .await
-            .map_err(Engine::lance_err("append to", table))?;
-        Ok(Committed {
-            version: dataset.version().version,
-            rows: count.load(std::sync::atomic::Ordering::Relaxed),
-        })
+        let staged = self.stage(table, WriteMode::Append, rows).await?;
+        self.commit(staged).await
     }
 
     /// Replaces a table's rows (and schema) with `batches`, in one commit; older versions stay
@@ -350,14 +349,79 @@ impl WriteEngine {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
     ) -> Result<Committed, EngineError> {
-        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let _guard = self.lock(table).await;
-        let dataset = self
-            .write(table, WriteMode::Overwrite, schema, batches, "overwrite")
+        let staged = self
+            .stage_overwrite(table, rows_of(schema, batches))
             .await?;
+        self.commit(staged).await
+    }
+
+    /// Writes the data files that replace a table's rows (and schema) with `rows`, without
+    /// committing them: the caller commits with [`WriteEngine::commit`] once whatever must agree
+    /// with the new rows (the registry) has been updated.
+    pub async fn stage_overwrite(
+        &self,
+        table: &TableRef,
+        rows: RowStream,
+    ) -> Result<Staged, EngineError> {
+        self.stage(table, WriteMode::Overwrite, rows).await
+    }
+
+    /// Writes `rows` as data files for one commit in `mode`, holding the table's lock until the
+    /// returned [`Staged`] is committed or dropped. A failing batch fails here, before any commit.
+    async fn stage(
+        &self,
+        table: &TableRef,
+        mode: WriteMode,
+        rows: RowStream,
+    ) -> Result<Staged, EngineError> {
+        let guard = self.lock(table).await;
+        let operation = match mode {
+            WriteMode::Create => "create",
+            WriteMode::Append => "append to",
+            WriteMode::Overwrite => "overwrite",
+        };
+        if !matches!(mode, WriteMode::Create) {
+            // Under the lock, so a DROP that got it first is seen: Lance's Append or Overwrite
+            // on a missing dataset creates one, which would bring a dropped table back,
+            // unregistered.
+            self.engine.open(table, None).await?;
+        }
+        let uri = self.engine.warehouse.uri(table);
+        let params = self.engine.write_params(table, mode);
+        let (rows, count, failure) = counted(rows);
+        let transaction = InsertBuilder::new(uri.as_str())
+            .with_params(&params)
+            .execute_uncommitted_stream(rows)
+            .await
+            .map_err(|e| {
+                rows_failure(&failure).unwrap_or_else(|| Engine::lance_err(operation, table)(e))
+            })?;
+        Ok(Staged {
+            table: table.clone(),
+            operation,
+            transaction,
+            rows: count.load(std::sync::atomic::Ordering::Relaxed),
+            _guard: guard,
+        })
+    }
+
+    /// Commits staged data files, with our retry budget against other processes' commits.
+    pub async fn commit(&self, staged: Staged) -> Result<Committed, EngineError> {
+        let uri = self.engine.warehouse.uri(&staged.table);
+        let mut commit = CommitBuilder::new(uri.as_str())
+            .with_commit_handler(self.engine.handler.clone())
+            .with_retry_timeout(COMMIT_RETRY_TIMEOUT)
+            .with_max_retries(COMMIT_MAX_RETRIES);
+        if let Some(store_params) = self.engine.warehouse.store_params(&staged.table) {
+            commit = commit.with_store_params(store_params);
+        }
+        let dataset = commit
+            .execute(staged.transaction)
+            .await
+            .map_err(Engine::lance_err(staged.operation, &staged.table))?;
         Ok(Committed {
             version: dataset.version().version,
-            rows,
+            rows: staged.rows,
         })
     }
 

@@ -113,9 +113,20 @@ fn engine_status(e: EngineError) -> Status {
         EngineError::AlreadyExists(t) => {
             Status::already_exists(format!("table {t} already exists"))
         }
-        EngineError::Rows(e) => {
-            Status::invalid_argument(format!("the rows could not be written: {e}"))
-        }
+        // A refusal that stopped the rows (a client gone quiet, an ingress limit) keeps its
+        // code; anything else is the client's bad data.
+        EngineError::Rows(e) => match e.as_ref() {
+            datafusion::error::DataFusionError::External(inner) => {
+                match inner.downcast_ref::<Status>() {
+                    Some(status) => Status::new(
+                        status.code(),
+                        format!("the rows could not be written: {}", status.message()),
+                    ),
+                    None => Status::invalid_argument(format!("the rows could not be written: {e}")),
+                }
+            }
+            _ => Status::invalid_argument(format!("the rows could not be written: {e}")),
+        },
         other => Status::internal(other.to_string()),
     }
 }
@@ -232,16 +243,16 @@ impl LakeFlightSql {
                 if_not_exists,
                 rows,
             } => {
-                let batches = match rows {
-                    Some(plan) => collect(ctx, plan, &schema).await?,
-                    None => vec![RecordBatch::new_empty(schema.clone())],
+                // A `CREATE TABLE … AS SELECT` streams its rows into the first commit.
+                let rows = match rows {
+                    Some(plan) => stream_into(ctx, plan, &schema).await?,
+                    None => crate::engine::rows_of(schema, Vec::new()),
                 };
-                let count = batches.iter().map(|b| b.num_rows() as i64).sum();
-                match metadata.create_table(&table, schema, batches).await {
+                match metadata.create_table_stream(&table, rows).await {
                     Err(ContextError::Catalog(CatalogError::TableExists(..))) if if_not_exists => {
                         Ok(0)
                     }
-                    other => other.map(|_| count).map_err(context_status),
+                    other => other.map(|(_, rows)| rows as i64).map_err(context_status),
                 }
             }
             Write::DropTable { table, if_exists } => match metadata.drop_table(&table).await {
@@ -478,82 +489,66 @@ impl LakeFlightSql {
             Err(e) => return Err(context_status(e.into())),
         };
 
-        if let (Some(entry), TableExistsOption::Append) = (&existing, if_exists) {
-            // By name and lossless, the same rules as COPY INTO: reordered columns or a value
-            // that does not fit are refused, never written as NULLs.
-            crate::conform::check(&schema, &entry.schema).map_err(|problems| {
-                Status::invalid_argument(format!(
-                    "the ingested rows do not match {table}: {}",
-                    problems.join("; ")
-                ))
-            })?;
-            // Streamed into the one commit: memory stays bounded whatever the client sends.
-            // The table's lock is held while it streams, so a client that stops sending fails
-            // its ingest after the endpoint's time limit instead of blocking the table's writes.
-            let target = entry.schema.clone();
-            let stream = idle_limited(stream, self.governor.limits.query_timeout);
-            let rows = futures::stream::iter(first.map(Ok))
-                .chain(stream.map_err(|e| match e {
-                    arrow_flight::error::FlightError::Tonic(status) => {
-                        datafusion::error::DataFusionError::External(Box::new(*status))
-                    }
-                    other => datafusion::error::DataFusionError::External(Box::new(other)),
-                }))
-                .and_then(move |batch| {
+        // Streamed into the one commit, whatever the mode: memory stays bounded whatever the
+        // client sends. The table's lock is held while it streams, so a client that stops
+        // sending fails its ingest after the endpoint's time limit instead of blocking the
+        // table's other writes.
+        let sent = futures::stream::iter(first.map(Ok)).chain(
+            idle_limited(stream, self.governor.limits.query_timeout).map_err(|e| match e {
+                arrow_flight::error::FlightError::Tonic(status) => {
+                    datafusion::error::DataFusionError::External(Box::new(*status))
+                }
+                other => datafusion::error::DataFusionError::External(Box::new(other)),
+            }),
+        );
+        let committed = match (existing, if_exists, if_missing) {
+            (Some(entry), TableExistsOption::Append, _) => {
+                // By name and lossless, the same rules as COPY INTO: reordered columns or a
+                // value that does not fit are refused, never written as NULLs.
+                crate::conform::check(&schema, &entry.schema).map_err(|problems| {
+                    Status::invalid_argument(format!(
+                        "the ingested rows do not match {table}: {}",
+                        problems.join("; ")
+                    ))
+                })?;
+                let target = entry.schema.clone();
+                let rows = sent.and_then(move |batch| {
                     futures::future::ready(
                         crate::conform::cast_batch(batch, &target)
                             .map_err(datafusion::error::DataFusionError::from),
                     )
                 });
-            let rows: crate::engine::RowStream = Box::pin(
-                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-                    entry.schema.clone(),
-                    rows,
-                ),
-            );
-            let committed = metadata
-                .engine()
-                .append_stream(&table, rows)
-                .await
-                .map_err(engine_status)?;
-            return Ok(committed.rows as i64);
-        }
-
-        let mut batches: Vec<RecordBatch> = first.into_iter().collect();
-        while let Some(batch) = stream
-            .try_next()
-            .await
-            .map_err(|e| decode_status("bad ingest data", e))?
-        {
-            batches.push(batch);
-        }
-        let rows: i64 = batches.iter().map(|b| b.num_rows() as i64).sum();
-        match existing {
-            Some(_) => match if_exists {
-                TableExistsOption::Replace => {
-                    metadata
-                        .replace_table(&table, schema, batches)
-                        .await
-                        .map_err(context_status)?;
-                    Ok(rows)
-                }
-                _ => Err(Status::already_exists(format!(
+                metadata
+                    .engine()
+                    .append_stream(&table, row_stream(entry.schema.clone(), rows))
+                    .await
+                    .map_err(engine_status)?
+                    .rows
+            }
+            (Some(_), TableExistsOption::Replace, _) => {
+                metadata
+                    .replace_table(&table, row_stream(schema, sent))
+                    .await
+                    .map_err(context_status)?
+                    .1
+            }
+            (Some(_), _, _) => {
+                return Err(Status::already_exists(format!(
                     "table {table} already exists"
-                ))),
-            },
-            None => match if_missing {
-                TableNotExistOption::Create => {
-                    metadata
-                        .create_table(&table, schema, batches)
-                        .await
-                        .map_err(context_status)?;
-                    Ok(rows)
-                }
-                TableNotExistOption::Fail | TableNotExistOption::Unspecified => {
-                    Err(Status::not_found(format!("table {table} does not exist")))
-                }
-            },
-        }
+                )));
+            }
+            (None, _, TableNotExistOption::Create) => {
+                metadata
+                    .create_table_stream(&table, row_stream(schema, sent))
+                    .await
+                    .map_err(context_status)?
+                    .1
+            }
+            (None, _, TableNotExistOption::Fail | TableNotExistOption::Unspecified) => {
+                return Err(Status::not_found(format!("table {table} does not exist")));
+            }
+        };
+        Ok(committed as i64)
     }
 
     fn metadata_info(
@@ -700,8 +695,7 @@ fn single(
     Response::new(encode(schema, stream::iter([batch]).boxed()))
 }
 
-/// Runs a plan that produces rows to write, cast to the target schema.
-/// `plan`'s rows as a stream, each batch cast to `target` like [`collect`]'s.
+/// `plan`'s rows as a stream, each batch cast to `target` (see [`cast_to_table`]).
 async fn stream_into(
     ctx: &SessionContext,
     plan: datafusion::logical_expr::LogicalPlan,
@@ -715,22 +709,15 @@ async fn stream_into(
             .map_err(|s| datafusion::error::DataFusionError::Plan(s.message().to_owned()));
         futures::future::ready(result)
     });
-    Ok(Box::pin(
-        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(target.clone(), cast),
-    ))
+    Ok(row_stream(target.clone(), cast))
 }
 
-async fn collect(
-    ctx: &SessionContext,
-    plan: datafusion::logical_expr::LogicalPlan,
-    target: &SchemaRef,
-) -> Result<Vec<RecordBatch>, Status> {
-    let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
-    let batches = frame.collect().await.map_err(sql::status)?;
-    batches
-        .into_iter()
-        .map(|b| cast_to_table(b, target))
-        .collect()
+/// `rows` as the [`crate::engine::RowStream`] of a write with `schema`.
+fn row_stream<S>(schema: SchemaRef, rows: S) -> crate::engine::RowStream
+where
+    S: Stream<Item = datafusion::error::Result<RecordBatch>> + Send + 'static,
+{
+    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows))
 }
 
 /// Casts a plan's rows (which DataFusion has aligned to the table's columns) to the table's

@@ -330,6 +330,9 @@ with flightsql.connect(metadata, autocommit=True) as conn, conn.cursor() as cur:
         ("COPY INTO", lambda: (cur.execute("COPY INTO s.z FROM 'in/zeros.parquet'"), cur.fetchall()[0][0])[1]),
         ("ingest append", lambda: cur.adbc_ingest("z", chunked, mode="append", db_schema_name="s")),
         ("INSERT ... SELECT", lambda: (cur.execute("INSERT INTO s.z SELECT value * 0 FROM generate_series(1, 30000000)"), cur.fetchall()[0][0])[1]),
+        ("ingest create", lambda: cur.adbc_ingest("c", chunked, mode="create", db_schema_name="s")),
+        ("ingest replace", lambda: cur.adbc_ingest("c", chunked, mode="replace", db_schema_name="s")),
+        ("CREATE TABLE ... AS SELECT", lambda: (cur.execute("CREATE TABLE s.ctas AS SELECT value * 0 AS id FROM generate_series(1, 30000000)"), cur.fetchall()[0][0])[1]),
     ]:
         before = peak_mb()
         rows = run()
@@ -338,11 +341,14 @@ with flightsql.connect(metadata, autocommit=True) as conn, conn.cursor() as cur:
         assert rows == N, (label, rows)
         assert grew < 120, f"{label} held the rows in memory: peak RSS +{grew} MB for 240 MB of rows"
     cur.execute("SELECT count(*) FROM s.z"); assert cur.fetchall() == [(3 * N,)]
-print("3 passed, 0 failed")
+    cur.execute("SELECT count(*) FROM s.c"); assert cur.fetchall() == [(N,)]
+    cur.execute("SELECT count(*) FROM s.ctas"); assert cur.fetchall() == [(N,)]
+print("6 passed, 0 failed")
 "#;
 
-/// Writes stream into their one commit: 240 MB of rows each through COPY INTO, ADBC ingest and
-/// INSERT … SELECT, with the server's peak memory growing by less than half of that.
+/// Writes stream into their one commit: 240 MB of rows each through COPY INTO, ADBC ingest
+/// (append, create, replace), INSERT … SELECT and CREATE TABLE … AS SELECT, with the server's
+/// peak memory growing by less than half of that.
 #[test]
 fn hostile_clients_writes_larger_than_memory_stream() {
     let lake = LocalLake::start();
@@ -356,7 +362,7 @@ fn hostile_clients_writes_larger_than_memory_stream() {
         stage.to_str().unwrap(),
     ]);
     assert!(ok, "{stdout}{stderr}");
-    assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("6 passed, 0 failed"), "{stdout}");
     eprint!("{stdout}");
 }
 
@@ -451,5 +457,57 @@ fn hostile_clients_an_idle_ingest_does_not_hold_the_table() {
     let (ok, stdout, stderr) = python(&["-c", IDLE_INGEST, &lake.metadata]);
     assert!(ok, "{stdout}{stderr}");
     assert!(stdout.contains("2 passed, 0 failed"), "{stdout}");
+    eprint!("{stdout}");
+}
+
+const FAILED_INGESTS: &str = r#"
+import sys, time, pyarrow as pa, pyarrow.flight as flight, adbc_driver_flightsql.dbapi as flightsql
+sys.path.insert(0, "runtime/tests/it")
+from flightsql_commands import command, pb_string
+query, meta = sys.argv[1], sys.argv[2]
+def sql(url, q):
+    with flightsql.connect(url, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(q)
+        return cur.fetchall()
+def abandoned(options, table, schema, batch):
+    # An ingest that sends one batch, then nothing: the server stops it at its time limit.
+    cmd = command("CommandStatementIngest", options + pb_string(2, table) + pb_string(3, "s"))
+    writer, reader = flight.FlightClient(meta).do_put(flight.FlightDescriptor.for_command(cmd), schema)
+    writer.write_batch(batch)
+    time.sleep(3.5)
+    try:
+        writer.done_writing(); reader.read(); writer.close()
+    except Exception as e:
+        return e
+    return None
+sql(meta, "CREATE SCHEMA s"); sql(meta, "CREATE TABLE s.r (id BIGINT)"); sql(meta, "INSERT INTO s.r VALUES (1), (2), (3)")
+names = pa.schema([("name", pa.string())])
+failed = abandoned(b"\x0a\x02\x10\x03", "r", names, pa.record_batch([pa.array(["x"] * 1000)], schema=names))
+assert isinstance(failed, flight.FlightTimedOutError), f"the abandoned replace: {failed!r}"
+print("ok the abandoned replace failed with DEADLINE_EXCEEDED:", str(failed).splitlines()[0][:100])
+assert sql(query, "SELECT id FROM s.r ORDER BY id") == [(1,), (2,), (3,)], "the failed replace changed the rows"
+with flightsql.connect(meta, autocommit=True) as conn, conn.cursor() as cur:
+    # The registration still has the old schema: an append of BIGINT ids conforms.
+    cur.adbc_ingest("r", pa.table({"id": pa.array([4], pa.int64())}), mode="append", db_schema_name="s")
+assert sql(query, "SELECT id FROM s.r ORDER BY id") == [(1,), (2,), (3,), (4,)]
+print("ok the failed replace left the rows and the registration as they were")
+failed = abandoned(b"\x0a\x02\x08\x01", "n", names, pa.record_batch([pa.array(["x"] * 1000)], schema=names))
+assert isinstance(failed, flight.FlightTimedOutError), f"the abandoned create: {failed!r}"
+tables = [t for (t,) in sql(meta, "SELECT table_name FROM information_schema.tables WHERE table_schema = 's'")]
+assert "n" not in tables, f"the failed create left a table: {tables}"
+assert sql(meta, "CREATE TABLE s.n (x INT)") == [(0,)], "the failed create's registration was not withdrawn"
+print("ok the failed create left nothing behind")
+print("3 passed, 0 failed")
+"#;
+
+/// A streamed ingest that fails part-way (here its client goes quiet) changes nothing: a
+/// `replace` keeps the old rows and the old registration, a `create` leaves no table and no
+/// registration behind.
+#[test]
+fn hostile_clients_a_failed_streamed_ingest_changes_nothing() {
+    let lake = LocalLake::start_with(&["--query-timeout-seconds", "2"]);
+    let (ok, stdout, stderr) = python(&["-c", FAILED_INGESTS, &lake.query, &lake.metadata]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
     eprint!("{stdout}");
 }

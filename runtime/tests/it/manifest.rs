@@ -141,5 +141,5 @@ async fn dropping_a_table_deletes_every_manifest_row_across_pages() {
         .create(&t, schema(), vec![batch(100..101)])
         .await
         .unwrap();
-    assert_eq!(again.version().version, 1);
+    assert_eq!(again.version, 1);
 }

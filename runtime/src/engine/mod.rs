@@ -81,7 +81,7 @@ fn counted(
 ) -> (
     RowStream,
     Arc<std::sync::atomic::AtomicU64>,
-    Arc<Mutex<Option<Arc<datafusion::error::DataFusionError>>>>,
+    Arc<FirstFailure>,
 ) {
     use futures::TryStreamExt;
     let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -121,9 +121,10 @@ impl std::error::Error for SharedError {
     }
 }
 
-fn rows_failure(
-    failure: &Mutex<Option<Arc<datafusion::error::DataFusionError>>>,
-) -> Option<EngineError> {
+/// The first error a write's rows yielded.
+type FirstFailure = Mutex<Option<Arc<datafusion::error::DataFusionError>>>;
+
+fn rows_failure(failure: &FirstFailure) -> Option<EngineError> {
     failure
         .lock()
         .unwrap_or_else(|p| p.into_inner())

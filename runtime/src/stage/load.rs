@@ -98,10 +98,17 @@ pub fn batches(
     };
     match format {
         FileFormat::Parquet => {
-            let reader =
-                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-                    .map_err(|e| decode(&e))?;
+            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                bytes.clone(),
+            )
+            .map_err(|e| decode(&e))?;
             conform(path, reader.schema().as_ref(), target)?;
+            super::pages::check(
+                &bytes,
+                reader.metadata(),
+                super::pages::PageLimits::default(),
+            )
+            .map_err(|e| decode(&e))?;
             let reader = reader.build().map_err(|e| decode(&e))?;
             Ok(Box::new(reader.map(cast)))
         }

@@ -2,6 +2,7 @@
 //! (Query holds only the descriptor; SDKs move stage bytes themselves.)
 
 mod load;
+mod pages;
 
 use std::sync::Arc;
 

@@ -511,3 +511,62 @@ fn hostile_clients_a_failed_streamed_ingest_changes_nothing() {
     assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
     eprint!("{stdout}");
 }
+
+fn peak_rss_mb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap()
+        / 1024
+}
+
+/// A Parquet "bomb": 40M zeros in one zstd page, 320 MB once uncompressed, a few hundred KB on
+/// disk. The decoder would allocate and fill the whole page; it is refused from its header.
+#[test]
+fn hostile_clients_a_parquet_bomb_is_refused_before_decoding() {
+    use parquet::basic::{Compression, ZstdLevel};
+    use parquet::file::properties::WriterProperties;
+    let lake = LocalLake::start();
+    sql_ok(&lake.metadata, "CREATE SCHEMA sales");
+    sql_ok(&lake.metadata, "CREATE TABLE sales.t (id BIGINT)");
+    let stage = lake.dir.path().join("_stage/in");
+    std::fs::create_dir_all(&stage).unwrap();
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_dictionary_enabled(false)
+        .set_data_page_size_limit(usize::MAX)
+        .set_data_page_row_count_limit(usize::MAX)
+        .set_write_batch_size(1 << 20)
+        .set_max_row_group_row_count(None)
+        .build();
+    let file = std::fs::File::create(stage.join("bomb.parquet")).unwrap();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props)).unwrap();
+    let zeros = RecordBatch::try_new(
+        schema,
+        vec![std::sync::Arc::new(Int64Array::from(vec![0; 40_000_000]))],
+    )
+    .unwrap();
+    writer.write(&zeros).unwrap();
+    writer.close().unwrap();
+    drop(zeros);
+    let size = std::fs::metadata(stage.join("bomb.parquet")).unwrap().len();
+    assert!(size < 4 << 20, "the bomb is {size} bytes");
+
+    let before = peak_rss_mb(lake.child.id());
+    let (ok, _, stderr) = lake_sql(&lake.metadata, "COPY INTO sales.t FROM 'in/bomb.parquet'");
+    let grew = peak_rss_mb(lake.child.id()) - before;
+    assert!(!ok, "the bomb was loaded");
+    assert!(
+        stderr.contains("a page of 320000000 bytes once uncompressed, above the 268435456 allowed"),
+        "{stderr}"
+    );
+    assert!(grew < 100, "the server's peak RSS grew by {grew} MB");
+    assert_eq!(
+        sql_ok(&lake.query, "SELECT count(*) AS n FROM sales.t"),
+        "n\n0\n"
+    );
+}

@@ -28,6 +28,12 @@ pub(super) enum Handle {
     },
     /// A write already done at GetFlightInfo (ADBC sends DDL as a query): its row count.
     Done(i64),
+    /// A ticket for a statement GetFlightInfo planned: `id` names the plan it kept (see
+    /// `plans.rs`), `statement` plans it again when that plan is gone.
+    Planned {
+        id: u64,
+        statement: Box<Handle>,
+    },
 }
 
 impl Handle {
@@ -36,6 +42,7 @@ impl Handle {
         match self {
             Handle::Sql(sql) => Ok((sql, None)),
             Handle::Bound { sql, params } => Ok((sql, Some(params_from_ipc(&params)?))),
+            Handle::Planned { statement, .. } => statement.statement(),
             Handle::Done(_) => Err(Status::invalid_argument("unknown prepared statement")),
         }
     }

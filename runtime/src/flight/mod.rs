@@ -10,6 +10,7 @@ mod handle;
 mod info;
 mod ingress;
 mod limits;
+mod plans;
 mod redact;
 mod service;
 mod sql;

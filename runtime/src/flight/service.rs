@@ -41,6 +41,7 @@ use super::auth::Tokens;
 use super::catalog::{CATALOG, LakeCatalog};
 use super::handle::{Handle, HandleCodec, MAX_PARAMS_BYTES, params_to_ipc};
 use super::limits::{Governor, Limits};
+use super::plans::PlanCache;
 use super::redact::Redactor;
 use super::sql::{self, Planned, Write};
 use super::wire::{to_wire, wire_schema};
@@ -75,6 +76,8 @@ pub struct LakeFlightSql {
     redactor: Redactor,
     /// Memory, time and concurrency limits of this endpoint's queries.
     governor: Governor,
+    /// Plans GetFlightInfo made, for their DoGet.
+    plans: Arc<PlanCache>,
 }
 
 impl std::fmt::Debug for LakeFlightSql {
@@ -167,6 +170,7 @@ impl LakeFlightSql {
             handles: HandleCodec::new(),
             redactor: Redactor::default(),
             governor: Governor::new(limits),
+            plans: Arc::default(),
         }
         .with_redactor()
     }
@@ -301,7 +305,12 @@ impl LakeFlightSql {
         let ctx = self.session().await?;
         let (sql, params) = handle.clone().statement()?;
         let (schema, handle) = match sql::plan(&ctx, &sql, params).await? {
-            Planned::Read(plan) => (wire_schema(plan.schema().as_arrow()), handle),
+            Planned::Read(plan) => {
+                let schema = wire_schema(plan.schema().as_arrow());
+                let id = self.plans.put(ctx.clone(), plan);
+                let statement = Box::new(handle);
+                (schema, Handle::Planned { id, statement })
+            }
             Planned::Write(write) => (rows_schema(), Handle::Done(self.write(&ctx, write).await?)),
         };
         let ticket = TicketStatementQuery {
@@ -387,12 +396,15 @@ impl LakeFlightSql {
                 )))
             }
             handle => {
-                let (sql, params) = handle.statement()?;
-                let ctx = self.session().await?;
-                let Planned::Read(plan) = sql::plan(&ctx, &sql, params).await? else {
-                    return Err(Status::invalid_argument(
-                        "a write cannot be fetched; it ran when planned",
-                    ));
+                // The plan GetFlightInfo made, or (redeemed before, expired, another process)
+                // the statement planned again.
+                let kept = match &handle {
+                    Handle::Planned { id, .. } => self.plans.take(*id),
+                    _ => None,
+                };
+                let (ctx, plan) = match kept {
+                    Some(kept) => kept,
+                    None => self.plan_read(handle).await?,
                 };
                 let unbound = plan.get_parameter_fields().map_err(sql::status)?;
                 if !unbound.is_empty() {
@@ -432,6 +444,19 @@ impl LakeFlightSql {
                 let wire = with_deadline(wire, deadline, slot);
                 Ok(Response::new(encode(schema, wire)))
             }
+        }
+    }
+
+    /// A statement handle's read, planned in a new session; a write is refused (it ran when
+    /// GetFlightInfo planned it).
+    async fn plan_read(&self, handle: Handle) -> Result<(SessionContext, LogicalPlan), Status> {
+        let (sql, params) = handle.statement()?;
+        let ctx = self.session().await?;
+        match sql::plan(&ctx, &sql, params).await? {
+            Planned::Read(plan) => Ok((ctx, plan)),
+            Planned::Write(_) => Err(Status::invalid_argument(
+                "a write cannot be fetched; it ran when planned",
+            )),
         }
     }
 

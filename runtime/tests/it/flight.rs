@@ -418,3 +418,43 @@ fn accepted_connections_disable_nagle() {
         );
     }
 }
+
+const TICKETS: &str = r#"
+import sys, pyarrow.flight as flight, adbc_driver_flightsql.dbapi as flightsql
+sys.path.insert(0, "runtime/tests/it")
+from flightsql_commands import command, pb_string
+query, meta = sys.argv[1], sys.argv[2]
+def sql(q):
+    with flightsql.connect(meta, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(q)
+        return cur.fetchall()
+sql("CREATE SCHEMA s"); sql("CREATE TABLE s.t (id BIGINT)"); sql("INSERT INTO s.t VALUES (1), (2)")
+client = flight.FlightClient(query)
+info = client.get_flight_info(flight.FlightDescriptor.for_command(
+    command("CommandStatementQuery", pb_string(1, "SELECT id FROM s.t ORDER BY id"))))
+ticket = info.endpoints[0].ticket
+sql("INSERT INTO s.t VALUES (3)")
+first = client.do_get(ticket).read_all().column("id").to_pylist()
+assert first == [1, 2], f"the first DoGet did not read the table as planned: {first}"
+print("ok the first DoGet reads the tables as its GetFlightInfo opened them")
+again = client.do_get(ticket).read_all().column("id").to_pylist()
+assert again == [1, 2, 3], f"a ticket redeemed again was not planned again: {again}"
+print("ok a ticket redeemed again is planned again and sees the new row")
+sql("DROP TABLE s.t"); sql("CREATE TABLE s.t (id BIGINT)"); sql("INSERT INTO s.t VALUES (7)")
+info = client.get_flight_info(flight.FlightDescriptor.for_command(
+    command("CommandStatementQuery", pb_string(1, "SELECT id FROM s.t"))))
+rows = client.do_get(info.endpoints[0].ticket).read_all().column("id").to_pylist()
+assert rows == [7], f"a dropped and recreated table read stale rows: {rows}"
+print("ok a dropped and recreated table is read afresh")
+print("3 passed, 0 failed")
+"#;
+
+/// DoGet runs the plan its GetFlightInfo kept, once; a ticket redeemed again is planned again.
+#[test]
+fn tickets_run_their_kept_plan_once_then_plan_again() {
+    let lake = LocalLake::start();
+    let (ok, stdout, stderr) = python(&["-c", TICKETS, &lake.query, &lake.metadata]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
+    eprint!("{stdout}");
+}

@@ -1,5 +1,5 @@
-//! Test support shared by lake's test binaries: where the repository and the test tools are, and
-//! one AWS emulator (moto server) per test binary.
+//! Test support shared by lake's test binaries: where the repository and the test tools are, one
+//! AWS emulator (moto server) and one Kubernetes control plane per test binary.
 //!
 //! Tools are installed by `scripts/bootstrap` (run by `scripts/test`) into `$LAKE_CACHE`. A test
 //! whose tool is missing fails with a message saying how to install it; it never skips.
@@ -371,6 +371,104 @@ fn start_moto() -> Moto {
     }
 }
 
+/// A Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+/// one Node), shared by every test in this test binary; stopped when the binary exits.
+pub struct ControlPlane {
+    kubeconfig: PathBuf,
+    server: String,
+    audit: PathBuf,
+    // Held, never read: while this process lives, the pipe stays open and the control plane
+    // runs. When the process exits the pipe closes and `scripts/controlplane_guard.py` stops it.
+    _guard: Mutex<(Child, ChildStdin)>,
+}
+
+impl ControlPlane {
+    /// An admin kubeconfig (a static token in group `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The API server's URL (`https://127.0.0.1:<port>`, a self-signed certificate).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The API server's audit log: one JSON line per request that is not a get, list or watch.
+    pub fn audit_log(&self) -> &Path {
+        &self.audit
+    }
+
+    /// `kubectl --kubeconfig <admin>`, run from the workspace root.
+    pub fn kubectl(&self) -> Command {
+        let mut command = Command::new(controlplane_tool("kubectl"));
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .current_dir(workspace_root());
+        command
+    }
+}
+
+/// A program of the control plane `scripts/bootstrap` builds into `$LAKE_CACHE/controlplane/bin`.
+/// Panics with install instructions when it is missing.
+pub fn controlplane_tool(name: &str) -> PathBuf {
+    let path = cache().join("controlplane/bin").join(name);
+    assert!(
+        path.exists(),
+        "control-plane tool {name:?} not found at {}: run scripts/bootstrap (or scripts/test), \
+         which builds etcd and Kubernetes from testkit/controlplane with Go 1.26+",
+        path.display()
+    );
+    path
+}
+
+static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
+
+/// The test binary's control plane, started on first use. Panics (failing the test loudly, with
+/// the failing component's log) if it cannot start.
+pub fn control_plane() -> &'static ControlPlane {
+    CONTROL_PLANE.get_or_init(start_control_plane)
+}
+
+fn start_control_plane() -> ControlPlane {
+    let script = workspace_root().join("scripts/controlplane_guard.py");
+    let bin = controlplane_tool("kube-apiserver")
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let mut child = Command::new(venv_tool("python"))
+        .arg(&script)
+        .arg(&bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start the control plane ({}): {e}", script.display()));
+    let stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut said = String::new();
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    // "READY <kubeconfig> <server> <audit log>", or "FAILED <why>" and the logs' last lines.
+    while reader.read_line(&mut line).unwrap_or(0) > 0 {
+        if let Some(ready) = line.strip_prefix("READY ") {
+            let parts: Vec<&str> = ready.split_whitespace().collect();
+            if let [kubeconfig, server, audit] = parts[..] {
+                return ControlPlane {
+                    kubeconfig: kubeconfig.into(),
+                    server: server.to_owned(),
+                    audit: audit.into(),
+                    _guard: Mutex::new((child, stdin)),
+                };
+            }
+        }
+        said.push_str(&line);
+        line.clear();
+    }
+    let status = child.wait().ok();
+    panic!("the control plane did not start (exit {status:?}):\n{said}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,6 +505,55 @@ mod tests {
         moto().create_bucket(&bucket);
         let listing = http(moto().port(), "GET", &format!("/{bucket}"));
         assert!(listing.starts_with("HTTP/1.1 200"), "{listing}");
+    }
+
+    #[test]
+    fn the_control_plane_starts_once_per_binary_and_runs_its_controllers() {
+        let plane = control_plane();
+        assert!(
+            std::ptr::eq(plane, control_plane()),
+            "one control plane per test binary"
+        );
+        let out = plane
+            .kubectl()
+            .args(["version", "-o", "json"])
+            .output()
+            .unwrap();
+        let version = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{version}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(version.contains("\"gitVersion\": \"v1.37.2\""), "{version}");
+        let out = plane
+            .kubectl()
+            .args(["get", "nodes", "-o", "name"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "node/lake-test-node"
+        );
+        // The service-account controller (controller manager) made the namespace's account.
+        let out = plane
+            .kubectl()
+            .args([
+                "get",
+                "serviceaccount",
+                "default",
+                "-n",
+                "kube-system",
+                "-o",
+                "name",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]

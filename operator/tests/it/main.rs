@@ -1,6 +1,7 @@
 //! lake-operator's integration tests: one test binary, one module per subject.
 
 mod api;
+mod apiserver;
 mod cel;
 mod crd;
 mod deploy;

@@ -1,0 +1,201 @@
+"""Runs one Kubernetes control plane for one test process, and stops it when that process goes away.
+
+Started by lake-testkit with a pipe on stdin and the directory of the binaries scripts/bootstrap
+built (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl):
+
+    controlplane_guard.py BIN_DIR
+
+It starts etcd on a temp dir (no fsync), kube-apiserver on loopback (RBAC, a static admin token,
+a generated service-account signing key, an audit log of every write), the controller manager
+(garbage collection, Deployments -> ReplicaSets -> Pods, namespaces, service-account tokens) and
+the scheduler; registers one Node; then prints
+
+    READY <kubeconfig> <apiserver url> <audit log>
+
+and blocks on stdin. When the test process exits (however it exits), the pipe closes, stdin
+reaches EOF, and every process is stopped and the temp dir removed: nothing outlives the tests.
+A start that fails prints "FAILED <why>" with the failing process's last log lines.
+"""
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+TOKEN = "lake-test-admin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write(path: str, text: str) -> str:
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def service_account_key(tmp: str) -> tuple[str, str]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = write(os.path.join(tmp, "sa.key"), key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption()).decode())
+    public = write(os.path.join(tmp, "sa.pub"), key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode())
+    return private, public
+
+
+class Plane:
+    def __init__(self, bin_dir: str):
+        self.bin = bin_dir
+        self.tmp = tempfile.mkdtemp(prefix="lake-controlplane-")
+        self.procs: list[tuple[str, subprocess.Popen, str]] = []
+
+    def start(self, name: str, *args: str) -> None:
+        log = os.path.join(self.tmp, f"{name}.log")
+        with open(log, "w") as out:
+            proc = subprocess.Popen([os.path.join(self.bin, name), *args], stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self.procs.append((name, proc, log))
+
+    def failed(self, why: str) -> None:
+        lines = [f"FAILED {why}"]
+        for name, proc, log in self.procs:
+            with open(log, errors="replace") as f:
+                tail = f.read().splitlines()[-15:]
+            lines.append(f"--- {name} (exit {proc.poll()}):")
+            lines.extend(tail)
+        print("\n".join(lines), flush=True)
+        self.stop()
+        sys.exit(1)
+
+    def check_alive(self) -> None:
+        for name, proc, _ in self.procs:
+            if proc.poll() is not None:
+                self.failed(f"{name} exited")
+
+    def wait_until(self, what: str, ready, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not ready():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                self.failed(f"{what} not ready after {seconds:.0f} s")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for _, proc, _ in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for _, proc, _ in reversed(self.procs):
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        subprocess.run(["rm", "-rf", self.tmp], check=False)
+
+
+def get(url: str) -> int:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=2) as response:
+            return response.status
+    except Exception:
+        return 0
+
+
+def main() -> None:
+    plane = Plane(sys.argv[1])
+    tmp = plane.tmp
+    # A test process that dies mid-start must not leave anything behind either.
+    signal.signal(signal.SIGTERM, lambda *_: (plane.stop(), sys.exit(0)))
+    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+    etcd = f"http://127.0.0.1:{etcd_port}"
+    plane.start("etcd", "--data-dir", os.path.join(tmp, "etcd"), "--unsafe-no-fsync",
+                "--listen-client-urls", etcd, "--advertise-client-urls", etcd,
+                "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
+                "--initial-cluster", f"default=http://127.0.0.1:{peer_port}",
+                "--log-level", "error")
+    plane.wait_until("etcd", lambda: get(f"{etcd}/health") == 200, 30)
+
+    sa_key, sa_pub = service_account_key(tmp)
+    tokens = write(os.path.join(tmp, "tokens.csv"), f'{TOKEN},lake-test-admin,1,"system:masters"\n')
+    # Every request that changes something, with its user: tests count the writes of a pass.
+    policy = write(os.path.join(tmp, "audit-policy.yaml"), """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  verbs: [get, list, watch]
+- level: Metadata
+""")
+    audit = os.path.join(tmp, "audit.log")
+    api = f"https://127.0.0.1:{api_port}"
+    plane.start("kube-apiserver", "--etcd-servers", etcd, "--bind-address", "127.0.0.1",
+                "--advertise-address", "127.0.0.1", "--secure-port", str(api_port),
+                # Loopback may not be a Service endpoint: nothing reconciles the kubernetes one.
+                "--endpoint-reconciler-type", "none",
+                "--cert-dir", os.path.join(tmp, "certs"), "--token-auth-file", tokens,
+                "--authorization-mode", "RBAC", "--service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local", "--service-account-key-file", sa_pub,
+                "--service-account-signing-key-file", sa_key,
+                "--service-cluster-ip-range", "10.96.0.0/24", "--audit-policy-file", policy,
+                "--audit-log-path", audit, "--audit-log-format", "json")
+    plane.wait_until("kube-apiserver", lambda: get(f"{api}/readyz") == 200, 60)
+
+    kubeconfig = write(os.path.join(tmp, "kubeconfig"), json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "lake-test",
+        "clusters": [{"name": "lake-test", "cluster": {"server": api, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "admin", "user": {"token": TOKEN}}],
+        "contexts": [{"name": "lake-test", "context": {"cluster": "lake-test", "user": "admin"}}],
+    }))
+    plane.start("kube-controller-manager", "--kubeconfig", kubeconfig,
+                "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
+                "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+                "--leader-elect=false", "--service-account-private-key-file", sa_key,
+                "--root-ca-file", os.path.join(tmp, "certs", "apiserver.crt"),
+                "--use-service-account-credentials=true",
+                # No kubelet heartbeats here: the node-lifecycle controller would taint the node and evict.
+                "--controllers", "*,-node-ipam-controller,-node-lifecycle-controller")
+    plane.start("kube-scheduler", "--kubeconfig", kubeconfig,
+                "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
+                "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+                "--leader-elect=false")
+    node = json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "lake-test-node", "labels": {"kubernetes.io/hostname": "lake-test-node"}}})
+    kubectl = os.path.join(plane.bin, "kubectl")
+
+    def node_registered() -> bool:
+        done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "-"],
+                              input=node, text=True, capture_output=True)
+        return done.returncode == 0
+
+    plane.wait_until("the node", node_registered, 30)
+    # The default ServiceAccount shows the controller manager's controllers run.
+    plane.wait_until("the default service account", lambda: subprocess.run(
+        [kubectl, "--kubeconfig", kubeconfig, "get", "serviceaccount", "default", "-n", "default"],
+        capture_output=True).returncode == 0, 60)
+    print(f"READY {kubeconfig} {api} {audit}", flush=True)
+    sys.stdin.read()
+    plane.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,8 @@ built (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl):
 It starts etcd on a temp dir (no fsync), kube-apiserver on loopback (RBAC, a static admin token,
 a generated service-account signing key, an audit log of every write), the controller manager
 (garbage collection, Deployments -> ReplicaSets -> Pods, namespaces, service-account tokens) and
-the scheduler; registers one Node; then prints
+the scheduler; registers one Node with the capacity and Ready condition a kubelet would report
+(there is no kubelet: tests mark pods Ready themselves); then prints
 
     READY <kubeconfig> <apiserver url> <audit log>
 
@@ -188,6 +189,21 @@ rules:
         return done.returncode == 0
 
     plane.wait_until("the node", node_registered, 30)
+    # What a kubelet would report, so the scheduler binds pods to it (tests mark pods Ready).
+    status = json.dumps({"status": {
+        "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+        "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "lake test node (no kubelet)"}]}})
+    done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "patch", "node", "lake-test-node",
+                           "--subresource=status", "--type=merge", "-p", status],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        plane.failed(f"cannot set the node's status: {done.stderr}")
+    # Admission taints a new node not-ready; the node-lifecycle controller (off: no kubelet
+    # heartbeats) would lift it once the node reports Ready.
+    subprocess.run([kubectl, "--kubeconfig", kubeconfig, "taint", "nodes", "lake-test-node",
+                    "node.kubernetes.io/not-ready-"], capture_output=True)
     # The default ServiceAccount shows the controller manager's controllers run.
     plane.wait_until("the default service account", lambda: subprocess.run(
         [kubectl, "--kubeconfig", kubeconfig, "get", "serviceaccount", "default", "-n", "default"],

@@ -160,3 +160,261 @@ fn crd_rules_are_enforced_by_the_api_server() {
         text(&out)
     );
 }
+
+/// `lake-operator run` as a process, authenticated as its own ServiceAccount (a TokenRequest
+/// token) and so holding exactly the RBAC of `config/rbac`; stopped when dropped.
+struct Operator {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A kubeconfig for `lake-system/lake-operator` with a fresh TokenRequest token.
+fn operator_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let out = kubectl(
+        &[
+            "create",
+            "token",
+            "lake-operator",
+            "-n",
+            "lake-system",
+            "--duration=1h",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "TokenRequest: {}", text(&out));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let config = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+        "clusters": [{"name": "test", "cluster": {
+            "server": control_plane().server(), "insecure-skip-tls-verify": true}}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "test", "user": "operator"}}],
+    });
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
+}
+
+fn start_operator(namespace: &str) -> Operator {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = operator_kubeconfig(dir.path());
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_lake-operator"))
+        .args([
+            "run",
+            "--namespace",
+            namespace,
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    Operator { child, _dir: dir }
+}
+
+/// Marks every scheduled, not yet ready pod of `namespace` Ready, as a kubelet would once its
+/// containers run. Returns how many it marked.
+fn kubelet_marks_pods_ready(namespace: &str) -> usize {
+    let out = kubectl(
+        &[
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={range .items[?(@.spec.nodeName)]}{.metadata.name} {.status.phase}{\"\\n\"}{end}",
+        ],
+        None,
+    );
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    let now = "2026-01-01T00:00:00Z";
+    let conditions: Vec<serde_json::Value> =
+        ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
+            .iter()
+            .map(|t| serde_json::json!({"type": t, "status": "True", "lastTransitionTime": now}))
+            .collect();
+    let status =
+        serde_json::json!({"status": {"phase": "Running", "conditions": conditions}}).to_string();
+    let mut marked = 0;
+    for line in listing.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(pod), phase) = (words.next(), words.next()) else {
+            continue;
+        };
+        if phase == Some("Running") {
+            continue;
+        }
+        let out = kubectl(
+            &[
+                "patch",
+                "pod",
+                pod,
+                "-n",
+                namespace,
+                "--subresource=status",
+                "--type=strategic",
+                "-p",
+                &status,
+            ],
+            None,
+        );
+        assert!(out.status.success(), "marking {pod} Ready: {}", text(&out));
+        marked += 1;
+    }
+    marked
+}
+
+#[test]
+fn kubectl_apply_to_ready() {
+    installed();
+    let namespace = unique("lake");
+    let out = kubectl(&["create", "namespace", &namespace], None);
+    assert!(out.status.success(), "{}", text(&out));
+    let _operator = start_operator(&namespace);
+    let sample = std::fs::read_to_string(
+        lake_testkit::workspace_root().join("config/samples/lakecluster-local.yaml"),
+    )
+    .unwrap()
+    .replace("namespace: default", &format!("namespace: {namespace}"));
+    let out = kubectl(&["apply", "-f", "-"], Some(&sample));
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Pods are scheduled and bound to the node; once marked Ready the Deployments report
+    // available, and the operator reports the cluster Ready.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    let mut marked = 0;
+    loop {
+        marked += kubelet_marks_pods_ready(&namespace);
+        let out = kubectl(
+            &[
+                "wait",
+                "--for=condition=Ready",
+                "lakecluster/dev",
+                "-n",
+                &namespace,
+                "--timeout=2s",
+            ],
+            None,
+        );
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not Ready after 40 s ({marked} pods marked): {}\n{}\n{}",
+            text(&out),
+            text(&kubectl(
+                &["describe", "lakecluster", "dev", "-n", &namespace],
+                None
+            )),
+            text(&kubectl(
+                &[
+                    "get",
+                    "deploy,rs,pods,events",
+                    "-n",
+                    &namespace,
+                    "-o",
+                    "wide"
+                ],
+                None
+            ))
+        );
+    }
+    assert!(
+        marked >= 2,
+        "only {marked} pods were scheduled and marked Ready"
+    );
+
+    let out = kubectl(&["get", "lake", "-n", &namespace], None);
+    let table = text(&out);
+    let header = table.lines().next().unwrap_or_default();
+    for column in ["NAME", "READY", "QUERY ENDPOINT", "AGE"] {
+        assert!(
+            header.contains(column),
+            "`kubectl get lake` lacks {column}: {table}"
+        );
+    }
+    assert!(
+        table.lines().nth(1).is_some_and(|row| row.contains("True")),
+        "{table}"
+    );
+    let described = text(&kubectl(
+        &["describe", "lakecluster", "dev", "-n", &namespace],
+        None,
+    ));
+    let events = described.split("Events:").nth(1).unwrap_or_default();
+    assert!(
+        events
+            .lines()
+            .any(|l| l.contains("lake-operator") || l.contains("Reconcile")),
+        "no operator Event in kubectl describe: {described}"
+    );
+}
+
+/// The operator's own ServiceAccount, with exactly `config/rbac`, may do what the operator does
+/// (the reconcile to Ready in `kubectl_apply_to_ready` runs with it) and nothing else.
+#[test]
+fn operator_runs_with_only_its_rbac() {
+    installed();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = operator_kubeconfig(dir.path());
+    // `resource[/subresource]`; kubectl reads `a/b` as resource a named b, so the subresource
+    // goes in its own flag.
+    let can = |verb: &str, resource: &str, namespace: &str| {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let out = std::process::Command::new(lake_testkit::controlplane_tool("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["auth", "can-i", verb, resource, "-n", namespace])
+            .arg(format!("--subresource={subresource}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    for (verb, resource) in [
+        ("watch", "lakeclusters.lake.dev"),
+        ("patch", "lakeclusters.lake.dev/status"),
+        ("update", "lakeclusters.lake.dev/finalizers"),
+        ("create", "deployments.apps"),
+        ("patch", "configmaps"),
+        ("create", "services"),
+        ("create", "serviceaccounts"),
+        ("create", "poddisruptionbudgets.policy"),
+        ("create", "events.events.k8s.io"),
+    ] {
+        assert!(
+            can(verb, resource, "default"),
+            "the operator may not {verb} {resource}"
+        );
+    }
+    for (verb, resource, namespace) in [
+        ("get", "secrets", "kube-system"),
+        ("list", "secrets", "default"),
+        ("list", "nodes", "default"),
+        ("create", "pods", "default"),
+        ("delete", "deployments.apps", "default"),
+        ("delete", "lakeclusters.lake.dev", "default"),
+        ("create", "lakeclusters.lake.dev", "default"),
+        (
+            "create",
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            "default",
+        ),
+        ("create", "serviceaccounts/token", "default"),
+        ("update", "lakeclusters.lake.dev/status", "default"),
+        ("create", "pods/exec", "default"),
+    ] {
+        assert!(
+            !can(verb, resource, namespace),
+            "the operator may {verb} {resource} in {namespace}: config/rbac grants more than it needs"
+        );
+    }
+}

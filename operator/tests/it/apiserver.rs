@@ -165,7 +165,27 @@ fn crd_rules_are_enforced_by_the_api_server() {
 /// token) and so holding exactly the RBAC of `config/rbac`; stopped when dropped.
 struct Operator {
     child: std::process::Child,
+    /// Where it serves /metrics.
+    metrics: u16,
     _dir: tempfile::TempDir,
+}
+
+impl Operator {
+    /// `lake_operator_reconciles_total`: the reconcile passes run so far.
+    fn passes(&self) -> u64 {
+        use std::io::{Read, Write};
+        // One write: the metrics server answers the request line and closes.
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics)).unwrap();
+        let _ = stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response
+            .lines()
+            .find_map(|l| l.strip_prefix("lake_operator_reconciles_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no reconcile count in /metrics: {response}"))
+    }
 }
 
 impl Drop for Operator {
@@ -205,19 +225,22 @@ fn operator_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
 fn start_operator(namespace: &str) -> Operator {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = operator_kubeconfig(dir.path());
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_lake-operator"))
-        .args([
-            "run",
-            "--namespace",
-            namespace,
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
+        .args(["run", "--namespace", namespace, "--metrics-addr"])
+        .arg(format!("127.0.0.1:{metrics}"))
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "warn")
         .spawn()
         .unwrap();
-    Operator { child, _dir: dir }
+    Operator {
+        child,
+        metrics,
+        _dir: dir,
+    }
 }
 
 /// Marks every scheduled, not yet ready pod of `namespace` Ready, as a kubelet would once its
@@ -272,13 +295,14 @@ fn kubelet_marks_pods_ready(namespace: &str) -> usize {
     marked
 }
 
-#[test]
-fn kubectl_apply_to_ready() {
+/// A namespace with the operator running for it and the local sample applied, taken to Ready
+/// (scheduled pods marked Ready as a kubelet would). Returns the namespace and the operator.
+fn sample_ready() -> (String, Operator) {
     installed();
     let namespace = unique("lake");
     let out = kubectl(&["create", "namespace", &namespace], None);
     assert!(out.status.success(), "{}", text(&out));
-    let _operator = start_operator(&namespace);
+    let operator = start_operator(&namespace);
     let sample = std::fs::read_to_string(
         lake_testkit::workspace_root().join("config/samples/lakecluster-local.yaml"),
     )
@@ -286,33 +310,36 @@ fn kubectl_apply_to_ready() {
     .replace("namespace: default", &format!("namespace: {namespace}"));
     let out = kubectl(&["apply", "-f", "-"], Some(&sample));
     assert!(out.status.success(), "{}", text(&out));
+    wait_ready(&namespace);
+    (namespace, operator)
+}
 
-    // Pods are scheduled and bound to the node; once marked Ready the Deployments report
-    // available, and the operator reports the cluster Ready.
+/// Marks pods Ready until the sample reports Ready (at most 40 s).
+fn wait_ready(namespace: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
     let mut marked = 0;
     loop {
-        marked += kubelet_marks_pods_ready(&namespace);
+        marked += kubelet_marks_pods_ready(namespace);
         let out = kubectl(
             &[
                 "wait",
                 "--for=condition=Ready",
                 "lakecluster/dev",
                 "-n",
-                &namespace,
+                namespace,
                 "--timeout=2s",
             ],
             None,
         );
         if out.status.success() {
-            break;
+            return;
         }
         assert!(
             std::time::Instant::now() < deadline,
             "not Ready after 40 s ({marked} pods marked): {}\n{}\n{}",
             text(&out),
             text(&kubectl(
-                &["describe", "lakecluster", "dev", "-n", &namespace],
+                &["describe", "lakecluster", "dev", "-n", namespace],
                 None
             )),
             text(&kubectl(
@@ -320,7 +347,7 @@ fn kubectl_apply_to_ready() {
                     "get",
                     "deploy,rs,pods,events",
                     "-n",
-                    &namespace,
+                    namespace,
                     "-o",
                     "wide"
                 ],
@@ -328,11 +355,27 @@ fn kubectl_apply_to_ready() {
             ))
         );
     }
-    assert!(
-        marked >= 2,
-        "only {marked} pods were scheduled and marked Ready"
-    );
+}
 
+#[test]
+fn kubectl_apply_to_ready() {
+    let (namespace, _operator) = sample_ready();
+    let pods = text(&kubectl(
+        &[
+            "get",
+            "pods",
+            "-n",
+            &namespace,
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ],
+        None,
+    ));
+    assert_eq!(
+        pods.split_whitespace().count(),
+        2,
+        "two pods bound to the node: {pods}"
+    );
     let out = kubectl(&["get", "lake", "-n", &namespace], None);
     let table = text(&out);
     let header = table.lines().next().unwrap_or_default();
@@ -417,4 +460,122 @@ fn operator_runs_with_only_its_rbac() {
             "the operator may {verb} {resource} in {namespace}: config/rbac grants more than it needs"
         );
     }
+}
+
+/// Polls `f` until it is true (at most `seconds`).
+fn eventually(what: &str, seconds: u64, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} after {seconds} s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+fn jsonpath(kind: &str, namespace: &str, path: &str) -> String {
+    let out = kubectl(
+        &[
+            "get",
+            kind,
+            "-n",
+            namespace,
+            "-o",
+            &format!("jsonpath={path}"),
+        ],
+        None,
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Write requests (not get/list/watch) the operator's ServiceAccount made, from the audit log.
+fn operator_writes() -> Vec<String> {
+    let log = std::fs::read_to_string(control_plane().audit_log()).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == "system:serviceaccount:lake-system:lake-operator"
+                && !matches!(e["verb"].as_str(), Some("get" | "list" | "watch"))
+        })
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect()
+}
+
+#[test]
+fn user_changes_to_owned_objects_are_reconciled() {
+    let (namespace, operator) = sample_ready();
+    let ns = namespace.as_str();
+
+    // Field ownership: a label a user adds is theirs and stays; the replicas are the operator's,
+    // and a user's `kubectl scale` is reverted through the watch.
+    let out = kubectl(
+        &["label", "deployment/dev-query", "-n", ns, "team=analytics"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kubectl(
+        &["scale", "deployment/dev-query", "-n", ns, "--replicas=3"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    eventually("the user's scale is not reverted", 20, || {
+        jsonpath("deployment/dev-query", ns, "{.spec.replicas}") == "1"
+    });
+    assert_eq!(
+        jsonpath("deployment/dev-query", ns, "{.metadata.labels.team}"),
+        "analytics",
+        "the operator removed a label it does not own"
+    );
+
+    // An owned object deleted is recreated through the watch.
+    let before = jsonpath("configmap/dev-query", ns, "{.metadata.uid}");
+    let out = kubectl(&["delete", "configmap/dev-query", "-n", ns], None);
+    assert!(out.status.success(), "{}", text(&out));
+    eventually("the deleted ConfigMap is not recreated", 20, || {
+        let uid = jsonpath("configmap/dev-query", ns, "{.metadata.uid}");
+        !uid.is_empty() && uid != before
+    });
+    wait_ready(ns);
+
+    // A converged pass writes nothing: a pass forced by an annotation (not a spec change) sends
+    // no create, patch, update or delete.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let settled = operator_writes().len();
+    let passes = operator.passes();
+    let out = kubectl(
+        &["annotate", "lakecluster/dev", "-n", ns, "lake.test/poke=1"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    eventually("the annotation started no reconcile pass", 20, || {
+        operator.passes() > passes
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let writes = operator_writes();
+    assert_eq!(
+        writes.len(),
+        settled,
+        "a converged pass wrote: {:?}",
+        &writes[settled..]
+    );
+
+    // Deleting the cluster: the finalizer's cleanup, then garbage collection of what it owned
+    // (the garbage collector learns of a CRD installed after it started within its 30 s
+    // discovery resync).
+    let out = kubectl(
+        &["delete", "lakecluster/dev", "-n", ns, "--timeout=30s"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    eventually("garbage collection left owned objects", 60, || {
+        jsonpath(
+            "deployments,configmaps,services,poddisruptionbudgets",
+            ns,
+            "{.items[*].metadata.name}",
+        )
+        .split_whitespace()
+        .all(|name| name == "kube-root-ca.crt")
+    });
 }

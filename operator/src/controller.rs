@@ -38,6 +38,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Leader(#[from] crate::leader::LeaderError),
 }
 
 pub struct RunOptions {
@@ -47,6 +49,8 @@ pub struct RunOptions {
     pub aws: AwsSettings,
     pub oidc_provider: Option<String>,
     pub allowlist: crate::allowlist::Allowlist,
+    /// Reconcile only while holding this Lease (several replicas); `None`: always (one replica).
+    pub leader_election: Option<crate::leader::LeaderElection>,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -79,6 +83,12 @@ pub async fn run(options: RunOptions) -> Result<(), RunError> {
     tracing::info!(addr = %options.metrics_addr, "metrics and health on /metrics, /healthz");
     let server = tokio::spawn(serve_metrics(listener, metrics.clone()));
 
+    // A standby serves /healthz while it waits, and reconciles nothing.
+    let leadership = match options.leader_election {
+        Some(election) => Some(election.acquire(client.clone()).await?),
+        None => None,
+    };
+
     let ctx = Context::new(
         client.clone(),
         AwsPool::new(options.aws),
@@ -87,7 +97,7 @@ pub async fn run(options: RunOptions) -> Result<(), RunError> {
         options.allowlist,
     );
     let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=lake-operator");
-    Controller::new(clusters, watcher::Config::default().any_semantic())
+    let controller = Controller::new(clusters, watcher::Config::default().any_semantic())
         .owns(api::<Deployment>(&client, ns), owned.clone())
         .owns(api::<ConfigMap>(&client, ns), owned.clone())
         .owns(api::<Service>(&client, ns), owned.clone())
@@ -100,9 +110,24 @@ pub async fn run(options: RunOptions) -> Result<(), RunError> {
                 Ok((object, _)) => tracing::debug!(cluster = %object.name, "reconciled"),
                 Err(e) => tracing::debug!(error = %e, "reconcile did not complete"),
             }
-        })
-        .await;
+        });
+    let lost = match &leadership {
+        Some(leadership) => tokio::select! {
+            () = controller => None,
+            lost = leadership.keep() => Some(lost),
+        },
+        None => {
+            controller.await;
+            None
+        }
+    };
     server.abort();
+    if let Some(lost) = lost {
+        return Err(lost.into());
+    }
+    if let Some(leadership) = leadership {
+        leadership.step_down().await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

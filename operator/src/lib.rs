@@ -8,6 +8,7 @@ pub mod apply;
 pub mod aws;
 pub mod controller;
 pub mod crd;
+pub mod leader;
 pub mod metrics;
 pub mod plan;
 pub mod reconcile;

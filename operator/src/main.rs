@@ -7,6 +7,7 @@ use lake_operator::allowlist::{Allowlist, AllowlistError, admit};
 use lake_operator::aws::AwsSettings;
 use lake_operator::controller;
 use lake_operator::crd::{LakeCluster, crd_yaml};
+use lake_operator::leader::LeaderElection;
 use lake_operator::plan::IamInputs;
 use lake_operator::{render, strict, validate};
 
@@ -42,6 +43,19 @@ enum Command {
         /// namespace may use. Without it no IAM policy is managed for anyone (docs/operator.md).
         #[arg(long, env = "LAKE_OPERATOR_ALLOWLIST")]
         allowlist: Option<PathBuf>,
+        /// Reconcile only while holding a Lease in this namespace (run several replicas);
+        /// without it this process always reconciles (run one replica).
+        #[arg(long, env = "LAKE_OPERATOR_LEADER_ELECTION_NAMESPACE")]
+        leader_election_namespace: Option<String>,
+        /// The Lease's name.
+        #[arg(long, env = "LAKE_OPERATOR_LEASE", default_value = "lake-operator")]
+        lease: String,
+        /// How long a replica that stops renewing keeps the Lease (the fail-over time).
+        #[arg(long, env = "LAKE_OPERATOR_LEASE_SECONDS", default_value_t = 15)]
+        lease_seconds: u64,
+        /// This replica's identity in the Lease (default: the pod name, else host and pid).
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
     },
     /// Print the LakeCluster CustomResourceDefinition as YAML.
     Crd,
@@ -82,6 +96,10 @@ fn main() -> ExitCode {
             aws_endpoint,
             oidc_provider,
             allowlist,
+            leader_election_namespace,
+            lease,
+            lease_seconds,
+            identity,
         } => match load_allowlist(allowlist.as_deref()) {
             Ok(allowlist) => run(
                 namespace,
@@ -89,6 +107,12 @@ fn main() -> ExitCode {
                 aws_endpoint,
                 oidc_provider,
                 allowlist,
+                leader_election_namespace.map(|namespace| LeaderElection {
+                    namespace,
+                    lease,
+                    identity: identity.unwrap_or_else(default_identity),
+                    ttl: std::time::Duration::from_secs(lease_seconds.max(3)),
+                }),
             ),
             Err(e) => fail(&e.to_string()),
         },
@@ -128,6 +152,7 @@ fn run(
     aws_endpoint: Option<String>,
     oidc_provider: Option<String>,
     allowlist: Allowlist,
+    leader_election: Option<LeaderElection>,
 ) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -150,11 +175,18 @@ fn run(
         },
         oidc_provider,
         allowlist,
+        leader_election,
     };
     match runtime.block_on(controller::run(options)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e.to_string()),
     }
+}
+
+/// Outside a pod (no `POD_NAME`): the host name and process id.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}-{}", host.trim(), std::process::id())
 }
 
 fn fail(message: &str) -> ExitCode {

@@ -223,6 +223,10 @@ fn operator_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn start_operator(namespace: &str) -> Operator {
+    start_operator_with(namespace, &[])
+}
+
+fn start_operator_with(namespace: &str, extra: &[&str]) -> Operator {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = operator_kubeconfig(dir.path());
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")
@@ -232,8 +236,10 @@ fn start_operator(namespace: &str) -> Operator {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_lake-operator"))
         .args(["run", "--namespace", namespace, "--metrics-addr"])
         .arg(format!("127.0.0.1:{metrics}"))
+        .args(extra)
         .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "warn")
+        // The test kubeconfig skips TLS verification; kube warns on every connection.
+        .env("RUST_LOG", "warn,kube_client::client::tls=error")
         .spawn()
         .unwrap();
     Operator {
@@ -422,6 +428,14 @@ fn operator_runs_with_only_its_rbac() {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim() == "yes"
     };
+    assert!(
+        can("update", "leases.coordination.k8s.io", "lake-system"),
+        "the operator may not hold its Lease"
+    );
+    assert!(
+        !can("update", "leases.coordination.k8s.io", "default"),
+        "the operator may update Leases outside lake-system"
+    );
     for (verb, resource) in [
         ("watch", "lakeclusters.lake.dev"),
         ("patch", "lakeclusters.lake.dev/status"),
@@ -578,4 +592,80 @@ fn user_changes_to_owned_objects_are_reconciled() {
         .split_whitespace()
         .all(|name| name == "kube-root-ca.crt")
     });
+}
+
+/// Two replicas with leader election on one Lease: only the holder reconciles; when it is killed
+/// (no hand-back), the other takes the Lease within its duration and reconciles.
+#[test]
+fn leader_election_fails_over() {
+    installed();
+    let namespace = unique("lake");
+    let ns = namespace.as_str();
+    let out = kubectl(&["create", "namespace", ns], None);
+    assert!(out.status.success(), "{}", text(&out));
+    let lease = unique("lease");
+    let replica = |identity: &str| {
+        start_operator_with(
+            ns,
+            &[
+                "--leader-election-namespace",
+                "lake-system",
+                "--lease",
+                &lease,
+                "--lease-seconds",
+                "4",
+                "--identity",
+                identity,
+            ],
+        )
+    };
+    let mut first = replica("replica-a");
+    let holder = || {
+        jsonpath(
+            &format!("lease/{lease}"),
+            "lake-system",
+            "{.spec.holderIdentity}",
+        )
+    };
+    eventually("replica-a did not take the Lease", 20, || {
+        holder() == "replica-a"
+    });
+    let second = replica("replica-b");
+    let sample = std::fs::read_to_string(
+        lake_testkit::workspace_root().join("config/samples/lakecluster-local.yaml"),
+    )
+    .unwrap()
+    .replace("namespace: default", &format!("namespace: {ns}"));
+    let out = kubectl(&["apply", "-f", "-"], Some(&sample));
+    assert!(out.status.success(), "{}", text(&out));
+    wait_ready(ns);
+    eventually("replica-b's metrics", 20, || {
+        std::net::TcpStream::connect(("127.0.0.1", second.metrics)).is_ok()
+    });
+    assert!(first.passes() > 0, "the leader did not reconcile");
+    assert_eq!(second.passes(), 0, "the standby reconciled");
+    assert_eq!(holder(), "replica-a");
+
+    // The leader dies without handing the Lease back; the standby leads once it expires.
+    let _ = first.child.kill();
+    let _ = first.child.wait();
+    let killed = std::time::Instant::now();
+    eventually("replica-b did not take over", 20, || {
+        holder() == "replica-b"
+    });
+    let took = killed.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(4 + 4 / 3 + 3),
+        "fail-over took {took:?} for a 4 s Lease"
+    );
+    eprintln!("fail-over after {took:?} (4 s Lease)");
+    let out = kubectl(
+        &["scale", "deployment/dev-query", "-n", ns, "--replicas=3"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    eventually("the new leader did not revert the scale", 20, || {
+        jsonpath("deployment/dev-query", ns, "{.spec.replicas}") == "1"
+    });
+    assert!(second.passes() > 0, "the new leader did not reconcile");
 }

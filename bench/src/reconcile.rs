@@ -1,6 +1,7 @@
 //! Reconcile bench: N LakeClusters from nothing to Ready against the AWS emulator (tables, PITR,
-//! protection, tags, markers, both IAM policies) and an in-memory Kubernetes API, the Deployment
-//! rollout played by the bench. Beside it, boto3 makes the same AWS changes directly (the floor
+//! protection, tags, markers, both IAM policies), twice in one run: on an in-memory Kubernetes API
+//! (the bench plays the Deployment controller) and on a real control plane (etcd, kube-apiserver,
+//! controllers and scheduler; the bench plays the kubelet). Beside it, boto3 makes the same AWS changes directly (the floor
 //! for the AWS work). Prints per-cluster times and the ratio.
 //!
 //! Run: `bench/run reconcile [CLUSTERS]` (default 50, release build).
@@ -46,6 +47,7 @@ fn ready(cluster: &LakeCluster) -> bool {
     })
 }
 
+/// On the in-memory API: play the Deployment controller (report every Deployment rolled out).
 async fn roll_out(client: &kube::Client) {
     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
     for d in api.list(&ListParams::default()).await.expect("list") {
@@ -65,51 +67,49 @@ async fn roll_out(client: &kube::Client) {
     }
 }
 
+/// On the real control plane: play the kubelet (mark every scheduled pod Ready); the Deployment
+/// and ReplicaSet controllers do the rest.
+async fn pods_ready(client: &kube::Client) {
+    use k8s_openapi::api::core::v1::Pod;
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let now = "2026-01-01T00:00:00Z";
+    let conditions: Vec<serde_json::Value> =
+        ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
+            .iter()
+            .map(|t| serde_json::json!({"type": t, "status": "True", "lastTransitionTime": now}))
+            .collect();
+    let status = serde_json::json!({"status": {"phase": "Running", "conditions": conditions}});
+    for pod in api.list(&ListParams::default()).await.expect("list pods") {
+        let scheduled = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        if scheduled && !running {
+            api.patch_status(
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Strategic(&status),
+            )
+            .await
+            .expect("pod status");
+        }
+    }
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i].as_secs_f64() * 1000.0
 }
 
-#[tokio::main]
-async fn main() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(50);
-    println!("reconcile bench: {n} clusters from nothing to Ready on the emulator\n");
-    let moto = moto();
-    let names: Vec<String> = (0..n).map(|_| unique("rb")).collect();
-    let admin = aws_sdk_iam::Client::new(
-        &aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new(Moto::REGION))
-            .endpoint_url(moto.endpoint())
-            .credentials_provider(Credentials::new("admin", "testing", None, None, "bench"))
-            .load()
-            .await,
-    );
-    let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
-    for name in &names {
-        for role in [format!("{name}-q"), format!("{name}-m")] {
-            admin
-                .create_role()
-                .role_name(role)
-                .assume_role_policy_document(trust)
-                .send()
-                .await
-                .expect("role");
-        }
-    }
+/// Which Kubernetes API the operator talks to.
+#[derive(Clone, Copy, PartialEq)]
+enum Api8s {
+    /// kube-fake-client, in memory; the bench plays the Deployment controller.
+    Fake,
+    /// A real control plane (lake_testkit::control_plane); the bench plays the kubelet.
+    Real,
+}
 
-    let mut builder = ClientBuilder::new()
-        .with_resource::<LakeCluster>()
-        .with_status_subresource::<LakeCluster>()
-        .with_status_subresource::<Deployment>();
-    for name in &names {
-        builder = builder.with_object(cluster(name));
-    }
-    let client = builder.build().await.expect("fake client");
-    let ctx = Context::new(
+fn context(client: &kube::Client, moto: &Moto) -> Arc<Context> {
+    Context::new(
         client.clone(),
         AwsPool::new(AwsSettings {
             endpoint: Some(moto.endpoint().to_owned()),
@@ -123,7 +123,93 @@ async fn main() {
             "bench",
         )
         .expect("allowlist"),
+    )
+}
+
+/// A client of the real control plane with the CRD installed and the clusters created.
+async fn real_client(names: &[String]) -> kube::Client {
+    let plane = lake_testkit::control_plane();
+    let run = |args: &[&str]| {
+        let out = plane.kubectl().args(args).output().expect("kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["apply", "-f", "config/crd/lakecluster.yaml"]);
+    run(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/lakeclusters.lake.dev",
+        "--timeout=60s",
+    ]);
+    run(&["create", "namespace", NS]);
+    let kubeconfig = kube::config::Kubeconfig::read_from(plane.kubeconfig()).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kube config");
+    let client = kube::Client::try_from(config).expect("kube client");
+    let clusters: Api<LakeCluster> = Api::namespaced(client.clone(), NS);
+    for name in names {
+        clusters
+            .create(&Default::default(), &cluster(name))
+            .await
+            .expect("create cluster");
+    }
+    client
+}
+
+async fn fake_client(names: &[String]) -> kube::Client {
+    let mut builder = ClientBuilder::new()
+        .with_resource::<LakeCluster>()
+        .with_status_subresource::<LakeCluster>()
+        .with_status_subresource::<Deployment>();
+    for name in names {
+        builder = builder.with_object(cluster(name));
+    }
+    builder.build().await.expect("fake client")
+}
+
+async fn create_roles(moto: &Moto, names: &[String]) {
+    let admin = aws_sdk_iam::Client::new(
+        &aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(Moto::REGION))
+            .endpoint_url(moto.endpoint())
+            .credentials_provider(Credentials::new("admin", "testing", None, None, "bench"))
+            .load()
+            .await,
     );
+    let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
+    for name in names {
+        for role in [format!("{name}-q"), format!("{name}-m")] {
+            admin
+                .create_role()
+                .role_name(role)
+                .assume_role_policy_document(trust)
+                .send()
+                .await
+                .expect("role");
+        }
+    }
+}
+
+/// N clusters from nothing to Ready on `api`; returns the mean seconds per cluster.
+async fn run(api: Api8s, n: usize) -> f64 {
+    let moto = moto();
+    let names: Vec<String> = (0..n).map(|_| unique("rb")).collect();
+    create_roles(moto, &names).await;
+    let (client, label) = match api {
+        Api8s::Fake => (
+            fake_client(&names).await,
+            "in-memory API (kube-fake-client)",
+        ),
+        Api8s::Real => (
+            real_client(&names).await,
+            "real API server (etcd + kube-apiserver v1.37.2)",
+        ),
+    };
+    let ctx = context(&client, moto);
     let clusters: Api<LakeCluster> = Api::namespaced(client.clone(), NS);
 
     let started = Instant::now();
@@ -140,7 +226,14 @@ async fn main() {
                 .await
                 .expect("reconcile");
             passes += 1;
-            roll_out(&client).await;
+            match api {
+                Api8s::Fake => roll_out(&client).await,
+                Api8s::Real => {
+                    pods_ready(&client).await;
+                    // The Deployment controller reports availability a moment later.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
         }
         times.push(t0.elapsed());
     }
@@ -149,15 +242,7 @@ async fn main() {
     let mut sorted = times.clone();
     sorted.sort();
     println!(
-        "per-cluster ms: {}",
-        times
-            .iter()
-            .map(|t| format!("{:.0}", t.as_secs_f64() * 1000.0))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    println!(
-        "\noperator: {n} clusters Ready in {:.2} s ({passes} passes); per cluster mean {:.0} ms, p50 {:.0} ms, p95 {:.0} ms, max {:.0} ms",
+        "{label}: {n} clusters Ready in {:.2} s ({passes} passes); per cluster mean {:.0} ms, p50 {:.0} ms, p95 {:.0} ms, max {:.0} ms",
         total.as_secs_f64(),
         per_cluster * 1000.0,
         percentile(&sorted, 0.5),
@@ -175,11 +260,24 @@ async fn main() {
     }
     let converged = t0.elapsed().as_secs_f64() / n as f64;
     println!(
-        "operator: converged pass {:.0} ms per cluster",
+        "{label}: converged pass {:.0} ms per cluster",
         converged * 1000.0
     );
+    per_cluster
+}
 
-    let (ok, out, err) = python(&["bench/reconcile_peer.py", moto.endpoint(), &n.to_string()]);
+#[tokio::main]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(50);
+    println!("reconcile bench: {n} clusters from nothing to Ready on the emulator\n");
+    let fake = run(Api8s::Fake, n).await;
+    let real = run(Api8s::Real, n).await;
+
+    let (ok, out, err) = python(&["bench/reconcile_peer.py", moto().endpoint(), &n.to_string()]);
     assert!(ok, "boto3 peer failed:\n{out}\n{err}");
     let peer: serde_json::Value = serde_json::from_str(out.trim()).expect("peer JSON");
     let peer_per_cluster = peer["per_cluster_s"].as_f64().expect("number");
@@ -188,7 +286,8 @@ async fn main() {
         peer_per_cluster * 1000.0
     );
     println!(
-        "\noperator/boto3 per cluster: x{:.2}",
-        per_cluster / peer_per_cluster
+        "\noperator/boto3 per cluster: x{:.2} (in-memory API), x{:.2} (real API server)",
+        fake / peer_per_cluster,
+        real / peer_per_cluster
     );
 }

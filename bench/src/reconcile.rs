@@ -222,6 +222,11 @@ async fn run(api: Api8s, n: usize) -> f64 {
             if ready(&current) {
                 break;
             }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{name} is not Ready after 60 s: {:?}",
+                current.status.map(|s| s.conditions)
+            );
             reconcile(Arc::new(current), ctx.clone())
                 .await
                 .expect("reconcile");

@@ -72,13 +72,7 @@ async fn roll_out(client: &kube::Client) {
 async fn pods_ready(client: &kube::Client) {
     use k8s_openapi::api::core::v1::Pod;
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let now = "2026-01-01T00:00:00Z";
-    let conditions: Vec<serde_json::Value> =
-        ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
-            .iter()
-            .map(|t| serde_json::json!({"type": t, "status": "True", "lastTransitionTime": now}))
-            .collect();
-    let status = serde_json::json!({"status": {"phase": "Running", "conditions": conditions}});
+    let status = lake_testkit::ready_pod_status();
     for pod in api.list(&ListParams::default()).await.expect("list pods") {
         let scheduled = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");

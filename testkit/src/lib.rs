@@ -409,6 +409,18 @@ impl ControlPlane {
     }
 }
 
+/// The pod status a kubelet reports once a pod's containers run and pass their probes: what tests
+/// patch onto scheduled pods (the control plane has no kubelet) so Deployments become available.
+pub fn ready_pod_status() -> serde_json::Value {
+    let now = "2026-01-01T00:00:00Z";
+    let conditions: Vec<serde_json::Value> =
+        ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
+            .iter()
+            .map(|t| serde_json::json!({"type": t, "status": "True", "lastTransitionTime": now}))
+            .collect();
+    serde_json::json!({"status": {"phase": "Running", "conditions": conditions}})
+}
+
 /// A program of the control plane `scripts/bootstrap` builds into `$LAKE_CACHE/controlplane/bin`.
 /// Panics with install instructions when it is missing.
 pub fn controlplane_tool(name: &str) -> PathBuf {

@@ -264,14 +264,7 @@ fn kubelet_marks_pods_ready(namespace: &str) -> usize {
         None,
     );
     let listing = String::from_utf8_lossy(&out.stdout).into_owned();
-    let now = "2026-01-01T00:00:00Z";
-    let conditions: Vec<serde_json::Value> =
-        ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
-            .iter()
-            .map(|t| serde_json::json!({"type": t, "status": "True", "lastTransitionTime": now}))
-            .collect();
-    let status =
-        serde_json::json!({"status": {"phase": "Running", "conditions": conditions}}).to_string();
+    let status = lake_testkit::ready_pod_status().to_string();
     let mut marked = 0;
     for line in listing.lines() {
         let mut words = line.split_whitespace();
@@ -301,14 +294,8 @@ fn kubelet_marks_pods_ready(namespace: &str) -> usize {
     marked
 }
 
-/// A namespace with the operator running for it and the local sample applied, taken to Ready
-/// (scheduled pods marked Ready as a kubelet would). Returns the namespace and the operator.
-fn sample_ready() -> (String, Operator) {
-    installed();
-    let namespace = unique("lake");
-    let out = kubectl(&["create", "namespace", &namespace], None);
-    assert!(out.status.success(), "{}", text(&out));
-    let operator = start_operator(&namespace);
+/// Applies `config/samples/lakecluster-local.yaml` (cluster `dev`) in `namespace`.
+fn apply_sample(namespace: &str) {
     let sample = std::fs::read_to_string(
         lake_testkit::workspace_root().join("config/samples/lakecluster-local.yaml"),
     )
@@ -316,6 +303,23 @@ fn sample_ready() -> (String, Operator) {
     .replace("namespace: default", &format!("namespace: {namespace}"));
     let out = kubectl(&["apply", "-f", "-"], Some(&sample));
     assert!(out.status.success(), "{}", text(&out));
+}
+
+/// A new namespace for one test.
+fn new_namespace() -> String {
+    let namespace = unique("lake");
+    let out = kubectl(&["create", "namespace", &namespace], None);
+    assert!(out.status.success(), "{}", text(&out));
+    namespace
+}
+
+/// A namespace with the operator running for it and the local sample applied, taken to Ready
+/// (scheduled pods marked Ready as a kubelet would). Returns the namespace and the operator.
+fn sample_ready() -> (String, Operator) {
+    installed();
+    let namespace = new_namespace();
+    let operator = start_operator(&namespace);
+    apply_sample(&namespace);
     wait_ready(&namespace);
     (namespace, operator)
 }
@@ -599,10 +603,8 @@ fn user_changes_to_owned_objects_are_reconciled() {
 #[test]
 fn leader_election_fails_over() {
     installed();
-    let namespace = unique("lake");
+    let namespace = new_namespace();
     let ns = namespace.as_str();
-    let out = kubectl(&["create", "namespace", ns], None);
-    assert!(out.status.success(), "{}", text(&out));
     let lease = unique("lease");
     let replica = |identity: &str| {
         start_operator_with(
@@ -631,13 +633,7 @@ fn leader_election_fails_over() {
         holder() == "replica-a"
     });
     let second = replica("replica-b");
-    let sample = std::fs::read_to_string(
-        lake_testkit::workspace_root().join("config/samples/lakecluster-local.yaml"),
-    )
-    .unwrap()
-    .replace("namespace: default", &format!("namespace: {ns}"));
-    let out = kubectl(&["apply", "-f", "-"], Some(&sample));
-    assert!(out.status.success(), "{}", text(&out));
+    apply_sample(ns);
     wait_ready(ns);
     eventually("replica-b's metrics", 20, || {
         std::net::TcpStream::connect(("127.0.0.1", second.metrics)).is_ok()
@@ -675,17 +671,9 @@ fn leader_election_fails_over() {
 #[test]
 fn operator_restart_in_the_middle_of_a_reconcile_converges() {
     installed();
-    let namespace = unique("lake");
+    let namespace = new_namespace();
     let ns = namespace.as_str();
-    let out = kubectl(&["create", "namespace", ns], None);
-    assert!(out.status.success(), "{}", text(&out));
-    let sample = std::fs::read_to_string(
-        lake_testkit::workspace_root().join("config/samples/lakecluster-local.yaml"),
-    )
-    .unwrap()
-    .replace("namespace: default", &format!("namespace: {ns}"));
-    let out = kubectl(&["apply", "-f", "-"], Some(&sample));
-    assert!(out.status.success(), "{}", text(&out));
+    apply_sample(ns);
     let mut first = start_operator(ns);
     // Killed as soon as its first objects exist: the rest of the pass never ran.
     eventually("the first operator created nothing", 20, || {

@@ -140,9 +140,9 @@ pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) {
         };
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            let n = stream.read(&mut buf).await.unwrap_or(0);
-            let request = String::from_utf8_lossy(&buf[..n]);
+            let Some(request) = read_head(&mut stream).await else {
+                return;
+            };
             let path = request.split_whitespace().nth(1).unwrap_or("");
             let (status, content_type, body) = match path {
                 "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
@@ -158,9 +158,56 @@ pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) {
     }
 }
 
+/// The request line and headers of one request: read until the blank line that ends them (a
+/// request may arrive in several segments), at most 8 KiB and 5 s — a client that sends more or
+/// stalls gets nothing and cannot hold a task.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    const MAX: usize = 8 * 1024;
+    let mut head = Vec::with_capacity(1024);
+    let read = async {
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await.ok()?;
+            if n == 0 || head.len() + n > MAX {
+                return None;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        Some(())
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), read)
+        .await
+        .ok()??;
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_request_in_several_segments_is_read_whole() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_metrics(listener, Arc::new(Metrics::default())));
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream.write_all(b"GET /metr").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        stream
+            .write_all(b"ics HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        stream
+            .write_all(b"Connection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(out.contains("lake_operator_reconciles_total 0"), "{out}");
+    }
 
     #[tokio::test]
     async fn metrics_and_health_are_served() {

@@ -173,13 +173,7 @@ struct Operator {
 impl Operator {
     /// `lake_operator_reconciles_total`: the reconcile passes run so far.
     fn passes(&self) -> u64 {
-        use std::io::{Read, Write};
-        // One write: the metrics server answers the request line and closes.
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics)).unwrap();
-        let _ = stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
+        let response = lake_testkit::http(self.metrics, "GET", "/metrics");
         response
             .lines()
             .find_map(|l| l.strip_prefix("lake_operator_reconciles_total "))
@@ -507,14 +501,16 @@ fn jsonpath(kind: &str, namespace: &str, path: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Write requests (not get/list/watch) the operator's ServiceAccount made, from the audit log.
-fn operator_writes() -> Vec<String> {
+/// Write requests (not get/list/watch) the operator's ServiceAccount made in `namespace`, from
+/// the audit log (other tests' operators share the account: their Lease renewals are elsewhere).
+fn operator_writes(namespace: &str) -> Vec<String> {
     let log = std::fs::read_to_string(control_plane().audit_log()).unwrap_or_default();
     log.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|e| {
             e["stage"] == "ResponseComplete"
                 && e["user"]["username"] == "system:serviceaccount:lake-system:lake-operator"
+                && e["objectRef"]["namespace"] == namespace
                 && !matches!(e["verb"].as_str(), Some("get" | "list" | "watch"))
         })
         .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
@@ -560,7 +556,7 @@ fn user_changes_to_owned_objects_are_reconciled() {
     // A converged pass writes nothing: a pass forced by an annotation (not a spec change) sends
     // no create, patch, update or delete.
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let settled = operator_writes().len();
+    let settled = operator_writes(ns).len();
     let passes = operator.passes();
     let out = kubectl(
         &["annotate", "lakecluster/dev", "-n", ns, "lake.test/poke=1"],
@@ -571,7 +567,7 @@ fn user_changes_to_owned_objects_are_reconciled() {
         operator.passes() > passes
     });
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let writes = operator_writes();
+    let writes = operator_writes(ns);
     assert_eq!(
         writes.len(),
         settled,

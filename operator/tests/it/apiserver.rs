@@ -647,7 +647,9 @@ fn leader_election_fails_over() {
     });
     let took = killed.elapsed();
     assert!(
-        took < std::time::Duration::from_secs(4 + 4 / 3 + 3),
+        // The spec, not a speed: within the Lease duration plus a renewal interval, with slack
+        // for a loaded machine.
+        took < std::time::Duration::from_secs(12),
         "fail-over took {took:?} for a 4 s Lease"
     );
     eprintln!("fail-over after {took:?} (4 s Lease)");

@@ -186,6 +186,39 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn an_oversized_or_stalled_request_gets_nothing_and_blocks_no_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_metrics(listener, Arc::new(Metrics::default())));
+        // A client that opens a request and never finishes it.
+        let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stalled
+            .write_all(b"GET /metrics HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        // A head past 8 KiB: closed without an answer.
+        let mut big = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(9000));
+        let _ = big.write_all(head.as_bytes()).await;
+        let mut out = Vec::new();
+        let _ = big.read_to_end(&mut out).await;
+        assert!(
+            !out.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        // Others are still served meanwhile.
+        let mut ok = tokio::net::TcpStream::connect(addr).await.unwrap();
+        ok.write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        ok.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        drop(stalled);
+    }
+
+    #[tokio::test]
     async fn a_request_in_several_segments_is_read_whole() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

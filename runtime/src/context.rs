@@ -408,12 +408,7 @@ impl MetadataContext {
             files.push(stage::batches(&file, bytes, format, &entry.schema)?);
         }
         let rows = futures::stream::iter(files).map(decoded).flatten();
-        let rows: RowStream = Box::pin(
-            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-                entry.schema.clone(),
-                rows,
-            ),
-        );
+        let rows = crate::engine::row_stream(entry.schema.clone(), rows);
         let committed = self.engine.append_stream(table, rows).await?;
         Ok(committed.rows)
     }

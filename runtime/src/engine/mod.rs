@@ -64,14 +64,17 @@ const COMMIT_MAX_RETRIES: u32 = 200;
 /// The rows of one write as a stream (see [`WriteEngine::append_stream`]).
 pub type RowStream = datafusion::physical_plan::SendableRecordBatchStream;
 
+/// `rows` as the [`RowStream`] of a write with `schema`.
+pub fn row_stream<S>(schema: SchemaRef, rows: S) -> RowStream
+where
+    S: futures::Stream<Item = datafusion::error::Result<RecordBatch>> + Send + 'static,
+{
+    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows))
+}
+
 /// `batches` as a [`RowStream`].
 pub fn rows_of(schema: SchemaRef, batches: Vec<RecordBatch>) -> RowStream {
-    Box::pin(
-        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-            schema,
-            futures::stream::iter(batches.into_iter().map(Ok)),
-        ),
-    )
+    row_stream(schema, futures::stream::iter(batches.into_iter().map(Ok)))
 }
 
 /// `rows`, counting what passes and keeping the first error it yields (the client's bad
@@ -98,11 +101,7 @@ fn counted(
             slot.get_or_insert_with(|| e.clone());
             datafusion::error::DataFusionError::External(Box::new(SharedError(e)))
         });
-    (
-        Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows)),
-        count,
-        failure,
-    )
+    (row_stream(schema, rows), count, failure)
 }
 
 /// An error kept by [`counted`] and handed on to Lance too.
@@ -142,13 +141,6 @@ pub struct Staged {
     transaction: lance::dataset::transaction::Transaction,
     rows: u64,
     _guard: tokio::sync::OwnedMutexGuard<()>,
-}
-
-impl Staged {
-    /// The rows the staged files hold.
-    pub fn rows(&self) -> u64 {
-        self.rows
-    }
 }
 
 /// What an append or delete did.
@@ -339,20 +331,6 @@ impl WriteEngine {
         rows: RowStream,
     ) -> Result<Committed, EngineError> {
         let staged = self.stage(table, WriteMode::Append, rows).await?;
-        self.commit(staged).await
-    }
-
-    /// Replaces a table's rows (and schema) with `batches`, in one commit; older versions stay
-    /// readable by version number.
-    pub async fn overwrite(
-        &self,
-        table: &TableRef,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-    ) -> Result<Committed, EngineError> {
-        let staged = self
-            .stage_overwrite(table, rows_of(schema, batches))
-            .await?;
         self.commit(staged).await
     }
 

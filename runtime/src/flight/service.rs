@@ -545,14 +545,17 @@ impl LakeFlightSql {
                 });
                 metadata
                     .engine()
-                    .append_stream(&table, row_stream(entry.schema.clone(), rows))
+                    .append_stream(
+                        &table,
+                        crate::engine::row_stream(entry.schema.clone(), rows),
+                    )
                     .await
                     .map_err(engine_status)?
                     .rows
             }
             (Some(_), TableExistsOption::Replace, _) => {
                 metadata
-                    .replace_table(&table, row_stream(schema, sent))
+                    .replace_table(&table, crate::engine::row_stream(schema, sent))
                     .await
                     .map_err(context_status)?
                     .1
@@ -564,7 +567,7 @@ impl LakeFlightSql {
             }
             (None, _, TableNotExistOption::Create) => {
                 metadata
-                    .create_table_stream(&table, row_stream(schema, sent))
+                    .create_table_stream(&table, crate::engine::row_stream(schema, sent))
                     .await
                     .map_err(context_status)?
                     .1
@@ -734,15 +737,7 @@ async fn stream_into(
             .map_err(|s| datafusion::error::DataFusionError::Plan(s.message().to_owned()));
         futures::future::ready(result)
     });
-    Ok(row_stream(target.clone(), cast))
-}
-
-/// `rows` as the [`crate::engine::RowStream`] of a write with `schema`.
-fn row_stream<S>(schema: SchemaRef, rows: S) -> crate::engine::RowStream
-where
-    S: Stream<Item = datafusion::error::Result<RecordBatch>> + Send + 'static,
-{
-    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows))
+    Ok(crate::engine::row_stream(target.clone(), cast))
 }
 
 /// Casts a plan's rows (which DataFusion has aligned to the table's columns) to the table's

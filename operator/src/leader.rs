@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use kube::Client;
-use kube_leader_election::{LeaseLock, LeaseLockParams, LeaseLockResult};
+use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, LeaseParams};
 
 /// Which Lease, and who this replica is.
 #[derive(Debug, Clone)]
@@ -27,36 +27,28 @@ pub enum LeaderError {
         namespace: String,
         lease: String,
         #[source]
-        source: kube_leader_election::Error,
+        source: LeaseManagerError,
     },
-    #[error("lost the Lease {namespace}/{lease} to {holder:?}; stopping so another replica leads")]
-    Lost {
-        namespace: String,
-        lease: String,
-        holder: Option<String>,
-    },
+    #[error("lost the Lease {namespace}/{lease}; stopping so another replica leads")]
+    Lost { namespace: String, lease: String },
 }
 
 /// A held Lease.
 pub struct Leadership {
-    lock: LeaseLock,
+    manager: LeaseManager,
     election: LeaderElection,
 }
 
 impl LeaderElection {
-    fn lock(&self, client: Client) -> LeaseLock {
-        LeaseLock::new(
-            client,
-            &self.namespace,
-            LeaseLockParams {
-                lease_name: self.lease.clone(),
-                holder_id: self.identity.clone(),
-                lease_ttl: self.ttl,
-            },
-        )
+    /// The Lease's duration and renewal margin in whole seconds: the holder renews a third of
+    /// the duration before it ends (at least 1 s), so one missed renewal does not lose it.
+    fn params(&self) -> LeaseParams {
+        let duration = self.ttl.as_secs().max(2);
+        let grace = (duration / 3).clamp(1, duration - 1);
+        LeaseParams::new(self.identity.clone(), duration, grace)
     }
 
-    fn error(&self) -> impl FnOnce(kube_leader_election::Error) -> LeaderError + '_ {
+    fn error(&self) -> impl FnOnce(LeaseManagerError) -> LeaderError + '_ {
         |source| LeaderError::Lease {
             namespace: self.namespace.clone(),
             lease: self.lease.clone(),
@@ -66,43 +58,37 @@ impl LeaderElection {
 
     /// Waits until this replica holds the Lease.
     pub async fn acquire(self, client: Client) -> Result<Leadership, LeaderError> {
-        let lock = self.lock(client);
-        let mut waiting = false;
-        loop {
-            match lock.try_acquire_or_renew().await.map_err(self.error())? {
-                LeaseLockResult::Acquired(_) => {
-                    tracing::info!(lease = %self.lease, identity = %self.identity, "leading");
-                    return Ok(Leadership {
-                        lock,
-                        election: self,
-                    });
-                }
-                LeaseLockResult::NotAcquired(lease) => {
-                    if !waiting {
-                        let holder = lease.spec.and_then(|s| s.holder_identity);
-                        tracing::info!(lease = %self.lease, ?holder, "standing by: another replica leads");
-                        waiting = true;
-                    }
-                    tokio::time::sleep(self.ttl / 3).await;
-                }
-            }
-        }
+        let manager = LeaseManager::new(
+            client,
+            self.lease.clone(),
+            self.namespace.clone(),
+            self.params(),
+            LeaseCreateMode::AutoCreate,
+        )
+        .await
+        .map_err(self.error())?;
+        tracing::info!(lease = %self.lease, identity = %self.identity, "standing by until this replica holds the Lease");
+        // `changed` returns when this replica's state changes: from standby, only to leading.
+        while !manager.changed().await.map_err(self.error())? {}
+        tracing::info!(lease = %self.lease, identity = %self.identity, "leading");
+        Ok(Leadership {
+            manager,
+            election: self,
+        })
     }
 }
 
 impl Leadership {
-    /// Renews the Lease every third of its duration; returns (an error) only when it is lost.
+    /// Renews the Lease before it expires; returns (an error) only when it is lost.
     pub async fn keep(&self) -> LeaderError {
         let election = &self.election;
         loop {
-            tokio::time::sleep(election.ttl / 3).await;
-            match self.lock.try_acquire_or_renew().await {
-                Ok(LeaseLockResult::Acquired(_)) => {}
-                Ok(LeaseLockResult::NotAcquired(lease)) => {
+            match self.manager.changed().await {
+                Ok(true) => {}
+                Ok(false) => {
                     return LeaderError::Lost {
                         namespace: election.namespace.clone(),
                         lease: election.lease.clone(),
-                        holder: lease.spec.and_then(|s| s.holder_identity),
                     };
                 }
                 Err(source) => return election.error()(source),
@@ -112,7 +98,7 @@ impl Leadership {
 
     /// Hands the Lease back (a clean shutdown), so a standby leads at once.
     pub async fn step_down(self) {
-        if let Err(e) = self.lock.step_down().await {
+        if let Err(e) = self.manager.release().await {
             tracing::warn!(error = %e, "could not hand the Lease back; it expires on its own");
         }
     }

@@ -123,11 +123,7 @@ pub async fn rollout(
         return Ok((false, format!("Deployment {name} does not exist yet")));
     };
     let generation = deployment.metadata.generation.unwrap_or_default();
-    let want = deployment
-        .spec
-        .as_ref()
-        .and_then(|s| s.replicas)
-        .unwrap_or(1);
+    let want = deployment.spec.replicas.unwrap_or(1);
     let status = deployment.status.unwrap_or_default();
     let observed = status.observed_generation.unwrap_or_default();
     let available = status.available_replicas.unwrap_or_default();

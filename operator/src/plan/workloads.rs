@@ -177,7 +177,7 @@ fn deployment(
     pod_labels.remove("app.kubernetes.io/managed-by");
     Deployment {
         metadata: meta(cluster, role),
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(selector(cluster, role)),
@@ -248,7 +248,7 @@ fn deployment(
                 }),
             },
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }

@@ -1,25 +1,29 @@
-//! LakeCluster through the in-memory Kubernetes API (kube-fake-client): the types the reconcile
-//! tests will use serialise, store and patch like a real API server's objects.
+//! LakeCluster through the real API server: the operator's types serialise, store and patch as
+//! the installed CRD (with its status subresource) expects.
 
-use kube::api::{Api, Patch, PatchParams};
-use kube_fake_client::ClientBuilder;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use lake_operator::crd::{Condition, LakeCluster, LakeClusterStatus};
 use lake_operator::validate::validate;
-use lake_testkit::workspace_root;
+use lake_testkit::{unique, workspace_root};
+
+use super::control::{admin_client, namespace};
 
 #[tokio::test]
 async fn samples_round_trip_with_a_status_subresource() {
-    let client = ClientBuilder::new()
-        .with_fixture_dir(workspace_root().join("config/samples"))
-        .load_fixture("lakecluster-cloud.yaml")
-        .unwrap()
-        .with_resource::<LakeCluster>()
-        .with_status_subresource::<LakeCluster>()
-        .build()
-        .await
-        .unwrap();
-    let api: Api<LakeCluster> = Api::namespaced(client, "data");
-    let stored = api.get("analytics").await.unwrap();
+    let sample =
+        std::fs::read_to_string(workspace_root().join("config/samples/lakecluster-cloud.yaml"))
+            .unwrap();
+    let mut cluster: LakeCluster = serde_yaml::from_str(&sample).unwrap();
+    let name = unique("analytics");
+    cluster.metadata.name = Some(name.clone());
+    namespace("data");
+    let api: Api<LakeCluster> = Api::namespaced(admin_client().await, "data");
+    api.create(&PostParams::default(), &cluster).await.unwrap();
+    let stored = api.get(&name).await.unwrap();
+    assert_eq!(
+        stored.spec, cluster.spec,
+        "the API server stored the spec as sent"
+    );
     let plan = validate(&stored).unwrap();
     assert_eq!(plan.authority.warehouse(), "s3://acme-lake/analytics");
 
@@ -36,10 +40,10 @@ async fn samples_round_trip_with_a_status_subresource() {
         ..Default::default()
     };
     let patch = serde_json::json!({"status": status});
-    api.patch_status("analytics", &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    let patched = api.get("analytics").await.unwrap();
+    let patched = api.get(&name).await.unwrap();
     assert_eq!(patched.status, Some(status));
     assert_eq!(
         patched.spec, stored.spec,

@@ -2,62 +2,9 @@
 //! OpenAPI schema and CEL validations) are enforced by kube-apiserver itself, with kubectl's exit
 //! code and message — not by a client-side evaluation of the same rules.
 
-use std::io::Write;
-use std::process::{Output, Stdio};
-
 use lake_testkit::{control_plane, unique};
 
-fn kubectl(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = control_plane()
-        .kubectl()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input
-        .write_all(stdin.unwrap_or_default().as_bytes())
-        .unwrap();
-    drop(input);
-    child.wait_with_output().unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// `kubectl apply -k config/default`, once per test binary, and the CRD Established.
-fn installed() {
-    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    INSTALLED.get_or_init(|| {
-        let out = kubectl(&["apply", "-k", "config/default"], None);
-        assert!(
-            out.status.success(),
-            "kubectl apply -k config/default: {}",
-            text(&out)
-        );
-        let out = kubectl(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "crd/lakeclusters.lake.dev",
-                "--timeout=60s",
-            ],
-            None,
-        );
-        assert!(
-            out.status.success(),
-            "the CRD is not Established: {}",
-            text(&out)
-        );
-    });
-}
+use super::control::{installed, kubectl, operator_kubeconfig, text};
 
 fn cluster(name: &str, spec: serde_json::Value) -> String {
     serde_json::json!({
@@ -187,33 +134,6 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A kubeconfig for `lake-system/lake-operator` with a fresh TokenRequest token.
-fn operator_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
-    let out = kubectl(
-        &[
-            "create",
-            "token",
-            "lake-operator",
-            "-n",
-            "lake-system",
-            "--duration=1h",
-        ],
-        None,
-    );
-    assert!(out.status.success(), "TokenRequest: {}", text(&out));
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    let config = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
-        "clusters": [{"name": "test", "cluster": {
-            "server": control_plane().server(), "insecure-skip-tls-verify": true}}],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "test", "user": "operator"}}],
-    });
-    let path = dir.join("kubeconfig");
-    std::fs::write(&path, config.to_string()).unwrap();
-    path
 }
 
 fn start_operator(namespace: &str) -> Operator {
@@ -427,11 +347,11 @@ fn operator_runs_with_only_its_rbac() {
         String::from_utf8_lossy(&out.stdout).trim() == "yes"
     };
     assert!(
-        can("update", "leases.coordination.k8s.io", "lake-system"),
+        can("patch", "leases.coordination.k8s.io", "lake-system"),
         "the operator may not hold its Lease"
     );
     assert!(
-        !can("update", "leases.coordination.k8s.io", "default"),
+        !can("patch", "leases.coordination.k8s.io", "default"),
         "the operator may update Leases outside lake-system"
     );
     for (verb, resource) in [

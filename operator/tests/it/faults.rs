@@ -9,8 +9,7 @@ use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContex
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, SharedInterceptor};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::operation::describe_continuous_backups::DescribeContinuousBackupsInput;
-use kube::api::Api;
-use kube_fake_client::ClientBuilder;
+use kube::api::{Api, PostParams};
 use lake_operator::allowlist::Allowlist;
 use lake_operator::aws::{AwsPool, AwsSettings};
 use lake_operator::crd::LakeCluster;
@@ -19,6 +18,8 @@ use lake_operator::reconcile::{Context, error_policy, reconcile};
 use lake_testkit::{moto, unique};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+
+use super::control::{admin_client, namespace, operator_client};
 
 /// A TCP proxy to the emulator that can be cut (every connection dropped, new ones refused).
 struct Proxy {
@@ -105,11 +106,10 @@ spec:
 "#
     ))
     .unwrap();
-    let client = ClientBuilder::new()
-        .with_resource::<LakeCluster>()
-        .with_status_subresource::<LakeCluster>()
-        .with_object(cluster)
-        .build()
+    namespace("data");
+    let clusters: Api<LakeCluster> = Api::namespaced(admin_client().await, "data");
+    clusters
+        .create(&PostParams::default(), &cluster)
         .await
         .unwrap();
     let cut = CutAfterFirstTable {
@@ -123,13 +123,12 @@ spec:
         max_attempts: Some(2),
     });
     let ctx = Context::new(
-        client.clone(),
+        operator_client().await,
         aws,
         None,
         Arc::new(Metrics::default()),
         Allowlist::default(),
     );
-    let clusters: Api<LakeCluster> = Api::namespaced(client, "data");
     let condition = |cluster: &LakeCluster, type_: &str| {
         cluster
             .status

@@ -3,6 +3,7 @@
 mod api;
 mod apiserver;
 mod cel;
+mod control;
 mod crd;
 mod deploy;
 mod faults;

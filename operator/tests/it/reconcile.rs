@@ -1,4 +1,5 @@
-//! Reconcile against kube-fake-client (Kubernetes) and the AWS emulator: a new cluster reaches
+//! Reconcile passes run in the test, as the operator's ServiceAccount, against the real control
+//! plane (its controllers roll the Deployments out) and the AWS emulator: a new cluster reaches
 //! Ready, a converged cluster costs no writes, spec changes touch only what changed, bad specs
 //! never reach AWS, and a table that cannot be adopted is left alone.
 
@@ -7,11 +8,10 @@ use std::sync::Arc;
 
 use aws_credential_types::Credentials;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube_fake_client::ClientBuilder;
 use lake_operator::allowlist::Allowlist;
 use lake_operator::aws::{AwsPool, AwsSettings};
 use lake_operator::crd::LakeCluster;
@@ -20,6 +20,8 @@ use lake_operator::plan::workloads::CONFIG_HASH;
 use lake_operator::reconcile::{Context, FINALIZER, reconcile};
 use lake_testkit::{AwsRequest, Moto, moto, requests_signed_by, unique};
 use serde_json::json;
+
+use super::control::{admin_client, audit_mark, namespace, operator_client, operator_writes_since};
 
 pub(super) const NS: &str = "data";
 pub(super) const OIDC: &str = "oidc.eks.eu-west-1.amazonaws.com/id/TEST";
@@ -120,32 +122,48 @@ pub(super) async fn harness(cluster: LakeCluster) -> Harness {
     harness_with(cluster, test_allowlist()).await
 }
 
-pub(super) async fn harness_with(cluster: LakeCluster, allowlist: Allowlist) -> Harness {
+/// `cluster` created in namespace `data` of the control plane, and an operator context for it
+/// that talks to the API server as the operator's ServiceAccount.
+pub(super) async fn harness_with(mut cluster: LakeCluster, allowlist: Allowlist) -> Harness {
+    namespace(NS);
     let name = cluster.metadata.name.clone().unwrap();
     let key = unique("OPKEY").to_uppercase().replace('-', "");
-    let client = ClientBuilder::new()
-        .with_resource::<LakeCluster>()
-        .with_status_subresource::<LakeCluster>()
-        .with_status_subresource::<Deployment>()
-        .with_object(cluster)
-        .build()
+    let client = admin_client().await;
+    let clusters: Api<LakeCluster> = Api::namespaced(client.clone(), NS);
+    cluster.metadata.resource_version = None;
+    clusters
+        .create(&PostParams::default(), &cluster)
         .await
-        .unwrap();
-    let aws = pool(&key);
+        .unwrap_or_else(|e| panic!("the API server refused {name}: {e}"));
     let ctx = Context::new(
-        client.clone(),
-        aws,
+        operator_client().await,
+        pool(&key),
         Some(OIDC.to_owned()),
         Arc::new(Metrics::default()),
         allowlist,
     );
     Harness {
-        clusters: Api::namespaced(client.clone(), NS),
+        clusters,
         name,
         key,
         client,
         ctx,
     }
+}
+
+/// A Deployment whose rollout the deployment controller reports finished.
+fn rolled_out(d: &Deployment) -> bool {
+    let want = d.spec.replicas.unwrap_or(1);
+    let Some(status) = &d.status else {
+        return false;
+    };
+    status.observed_generation >= d.metadata.generation
+        && status.replicas == Some(want)
+        && status.updated_replicas == Some(want)
+        && status.available_replicas == Some(want)
+        && status.conditions.iter().flatten().any(|c| {
+            c.type_.as_deref() == Some("Progressing") && c.reason.as_deref() == Some("NewReplicaSetAvailable")
+        })
 }
 
 impl Harness {
@@ -154,6 +172,17 @@ impl Harness {
         reconcile(Arc::new(cluster), self.ctx.clone())
             .await
             .unwrap_or_else(|e| panic!("reconcile failed: {e}"))
+    }
+
+    /// The operator's writes to Kubernetes (`verb resource name`, Events aside) while `pass`
+    /// runs, as the API server's audit log records them.
+    pub(super) async fn writes_during<T>(
+        &self,
+        pass: impl std::future::Future<Output = T>,
+    ) -> (T, Vec<String>) {
+        let mark = audit_mark();
+        let result = pass.await;
+        (result, operator_writes_since(mark, NS, &self.name))
     }
 
     pub(super) async fn cluster(&self) -> LakeCluster {
@@ -172,37 +201,74 @@ impl Harness {
         (c.status, c.reason, c.message)
     }
 
-    /// Plays the Deployment controller: every Deployment of the namespace is rolled out.
+    /// The cluster's Deployments roll out: the control plane's controllers create ReplicaSets
+    /// and Pods and the scheduler binds them to the node; the test marks each bound Pod Ready,
+    /// as the node's kubelet would once its containers run, until both Deployments report the
+    /// rollout finished (at most 60 s).
     pub(super) async fn roll_out(&self) {
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), NS);
-        for d in api.list(&ListParams::default()).await.unwrap() {
-            let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            let status = json!({"status": {
-                "observedGeneration": d.metadata.generation,
-                "replicas": replicas, "updatedReplicas": replicas,
-                "readyReplicas": replicas, "availableReplicas": replicas,
-            }});
-            api.patch_status(
-                d.metadata.name.as_deref().unwrap(),
-                &PatchParams::default(),
-                &Patch::Merge(&status),
-            )
-            .await
-            .unwrap();
+        let selector = format!("app.kubernetes.io/instance={}", self.name);
+        let by_cluster = ListParams::default().labels(&selector);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), NS);
+        let ready = lake_testkit::ready_pod_status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            for pod in pods.list(&by_cluster).await.unwrap() {
+                let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+                let running =
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                if bound && !running {
+                    pods.patch_status(
+                        pod.metadata.name.as_deref().unwrap(),
+                        &PatchParams::default(),
+                        &Patch::Strategic(&ready),
+                    )
+                    .await
+                    .unwrap();
+                }
+            }
+            let listed = deployments.list(&by_cluster).await.unwrap().items;
+            if listed.len() == 2 && listed.iter().all(rolled_out) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not rolled out after 60 s: {:?}",
+                listed
+                    .iter()
+                    .map(|d| (&d.metadata.name, &d.status))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
     }
 
-    /// resourceVersion of every object the operator owns, and of the LakeCluster.
+    /// resourceVersion of every object the cluster owns (by owner reference), and of the
+    /// LakeCluster.
     pub(super) async fn versions(&self) -> BTreeMap<String, String> {
+        let cluster = self.cluster().await;
+        let uid = cluster.metadata.uid.clone().unwrap();
         let mut versions = BTreeMap::new();
+        versions.insert(
+            format!("LakeCluster/{}", self.name),
+            cluster.metadata.resource_version.clone().unwrap(),
+        );
         macro_rules! collect {
             ($kind:ty, $label:expr) => {
                 let api: Api<$kind> = Api::namespaced(self.client.clone(), NS);
                 for o in api.list(&ListParams::default()).await.unwrap() {
-                    versions.insert(
-                        format!("{}/{}", $label, o.metadata.name.clone().unwrap()),
-                        o.metadata.resource_version.clone().unwrap(),
-                    );
+                    let owned = o
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|r| r.uid == uid);
+                    if owned {
+                        versions.insert(
+                            format!("{}/{}", $label, o.metadata.name.clone().unwrap()),
+                            o.metadata.resource_version.clone().unwrap(),
+                        );
+                    }
                 }
             };
         }
@@ -211,8 +277,21 @@ impl Harness {
         collect!(Deployment, "Deployment");
         collect!(Service, "Service");
         collect!(PodDisruptionBudget, "PodDisruptionBudget");
-        collect!(LakeCluster, "LakeCluster");
         versions
+    }
+
+    /// The Events about this cluster.
+    pub(super) async fn events(&self) -> Vec<k8s_openapi::api::events::v1::Event> {
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(self.name.as_str())
+            })
+            .collect()
     }
 
     pub(super) async fn deployment(&self, role: &str) -> Deployment {
@@ -222,27 +301,14 @@ impl Harness {
             .unwrap()
     }
 
-    /// The cluster as the API server holds it after a DELETE while it has finalizers:
-    /// `deletionTimestamp` set, the object still there. kube-fake-client neither sets that on
-    /// delete nor allows a patch to, so the state is loaded into a fresh fake API server, with
-    /// a context on it that shares this harness's AWS settings.
-    pub(super) async fn deleting(&self) -> Harness {
-        let mut cluster = self.cluster().await;
-        cluster.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::now(),
-            ));
-        cluster.metadata.resource_version = None;
-        let mut view = harness(cluster).await;
-        view.key = self.key.clone();
-        view.ctx = Context::new(
-            view.client.clone(),
-            pool(&self.key),
-            None,
-            Arc::new(Metrics::default()),
-            test_allowlist(),
-        );
-        view
+    /// Asks the API server to delete the cluster: with the operator's finalizer on it, it stays,
+    /// with `deletionTimestamp` set, until a pass releases the finalizer.
+    pub(super) async fn deleting(&self) -> &Harness {
+        self.clusters
+            .delete(&self.name, &DeleteParams::default())
+            .await
+            .unwrap();
+        self
     }
 
     pub(super) async fn patch_spec(&self, spec: serde_json::Value) {
@@ -257,26 +323,12 @@ impl Harness {
     }
 }
 
-/// The objects whose resourceVersion differs between two `Harness::versions` snapshots.
-pub(super) fn changed(
-    before: &BTreeMap<String, String>,
-    after: &BTreeMap<String, String>,
-) -> Vec<String> {
-    after
-        .iter()
-        .filter(|(k, v)| before.get(*k) != Some(v))
-        .map(|(k, _)| k.clone())
-        .collect()
-}
-
 pub(super) fn writes(requests: &[AwsRequest]) -> Vec<&AwsRequest> {
     requests.iter().filter(|r| !r.is_read()).collect()
 }
 
 fn config_hash(d: &Deployment) -> String {
     d.spec
-        .as_ref()
-        .unwrap()
         .template
         .metadata
         .as_ref()
@@ -485,12 +537,7 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
             .unwrap()
             .contains(&format!("system:serviceaccount:{NS}:{name}-query"))
     );
-    let events: Vec<_> =
-        Api::<k8s_openapi::api::events::v1::Event>::namespaced(h.client.clone(), NS)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
+    let events = h.events().await;
     assert!(
         events.iter().any(|e| e.reason.as_deref() == Some("Ready")),
         "{events:?}"
@@ -498,9 +545,8 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
     let event_count = events.len();
 
     // Converged: another pass writes nothing, anywhere.
-    let before = h.versions().await;
     let recording = moto().start_recording();
-    h.reconcile().await;
+    let (_, written) = h.writes_during(h.reconcile()).await;
     let log = recording.stop();
     let requests = requests_signed_by(&log, &h.key);
     assert!(!requests.is_empty(), "the pass observed AWS");
@@ -509,43 +555,37 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
         "a converged pass wrote to AWS: {:?}",
         writes(&requests)
     );
-    assert_eq!(
-        h.versions().await,
-        before,
-        "a converged pass changed Kubernetes objects"
+    assert!(
+        written.is_empty(),
+        "a converged pass wrote to Kubernetes: {written:?}"
     );
-    let events_after = Api::<k8s_openapi::api::events::v1::Event>::namespaced(h.client.clone(), NS)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .len();
-    assert_eq!(events_after, event_count, "events only on transitions");
+    assert_eq!(
+        h.events().await.len(),
+        event_count,
+        "events only on transitions"
+    );
 
     // Replicas and image: only the query Deployment changes; its config hash does not.
     let hash_before = config_hash(&h.deployment("query").await);
     h.patch_spec(json!({"query": {"replicas": 3, "image": "ghcr.io/acme/lake:2"}}))
         .await;
-    let before = h.versions().await;
     let recording = moto().start_recording();
-    h.reconcile().await;
+    let (_, written) = h.writes_during(h.reconcile()).await;
     let log = recording.stop();
     assert!(
         writes(&requests_signed_by(&log, &h.key)).is_empty(),
         "a replica change wrote to AWS"
     );
-    let after = h.versions().await;
-    let changed = changed(&before, &after);
     assert_eq!(
-        changed,
+        written,
         [
-            format!("Deployment/{name}-query"),
-            format!("LakeCluster/{name}")
+            format!("patch deployments {name}-query"),
+            format!("patch lakeclusters/status {name}")
         ],
-        "only the query Deployment (and the status) changed"
+        "only the query Deployment (and the status) was written"
     );
     let query = h.deployment("query").await;
-    assert_eq!(query.spec.as_ref().unwrap().replicas, Some(3));
+    assert_eq!(query.spec.replicas, Some(3));
     assert_eq!(config_hash(&query), hash_before);
     assert_eq!(h.condition("WorkloadsReady").await.1, "RollingOut");
 
@@ -569,29 +609,45 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_specs_never_reach_aws() {
-    let cases: [(&str, &str, &str); 4] = [
+    // Specs the CRD's schema and CEL rules let through but the operator refuses (what the API
+    // server itself refuses is `apiserver::crd_rules_are_enforced_by_the_api_server`).
+    type Edit = fn(&mut LakeCluster);
+    let cases: [(&str, Edit, &str); 5] = [
         (
-            "same table twice",
-            "  tables:\n    registry: shared-table\n    manifest: shared-table\n",
-            "spec.tables.manifest",
+            "a bucket name S3 refuses",
+            |c| c.spec.storage.s3.as_mut().unwrap().bucket = "Bad_Bucket".into(),
+            "spec.storage.s3.bucket",
         ),
         (
-            "invalid table name",
-            "  tables:\n    registry: \"no spaces allowed\"\n",
-            "spec.tables.registry",
+            "a prefix with a '..' segment",
+            |c| c.spec.storage.s3.as_mut().unwrap().prefix = "wh/../other".into(),
+            "spec.storage.s3.prefix",
         ),
-        ("replicas 0", "", "spec.query.replicas"),
-        ("bucket missing", "", "spec.storage.s3.bucket"),
+        (
+            "a blank image",
+            |c| c.spec.query.image = "  ".into(),
+            "spec.query.image",
+        ),
+        (
+            "a malformed role ARN",
+            |c| c.spec.iam.as_mut().unwrap().query_role = "arn:aws:iam::12:role/x".into(),
+            "spec.iam.queryRole",
+        ),
+        (
+            "DynamoDB tables on local storage",
+            |c| {
+                c.spec.storage.s3 = None;
+                c.spec.storage.local =
+                    serde_json::from_value(json!({"path": "/var/lib/lake"})).unwrap();
+                c.spec.tables.registry = Some("some-registry".into());
+            },
+            "spec.tables",
+        ),
     ];
-    for (case, extra, field) in cases {
+    for (case, edit, field) in cases {
         let name = unique("bad");
-        let mut cluster = cluster_yaml(&name, extra);
-        if case == "replicas 0" {
-            cluster.spec.query.replicas = 0;
-        }
-        if case == "bucket missing" {
-            cluster.spec.storage.s3.as_mut().unwrap().bucket = String::new();
-        }
+        let mut cluster = cluster_yaml(&name, "");
+        edit(&mut cluster);
         let h = harness(cluster).await;
         let recording = moto().start_recording();
         let action = h.reconcile().await;
@@ -701,23 +757,20 @@ async fn paused_stops_mutation_but_not_deletion() {
     // Paused: a spec change is not applied, nothing is written, the status says so.
     h.patch_spec(json!({"paused": true, "query": {"replicas": 5}}))
         .await;
-    let before = h.versions().await;
     let recording = moto().start_recording();
-    let action = h.reconcile().await;
+    let (action, written) = h.writes_during(h.reconcile()).await;
     let log = recording.stop();
     assert_eq!(action, Action::await_change());
     assert!(
         requests_signed_by(&log, &h.key).is_empty(),
         "paused but AWS was called"
     );
-    let after = h.versions().await;
-    let changed = changed(&before, &after);
     assert_eq!(
-        changed,
-        [format!("LakeCluster/{name}")],
-        "only the status changed"
+        written,
+        [format!("patch lakeclusters/status {name}")],
+        "only the status was written"
     );
-    assert_eq!(h.deployment("query").await.spec.unwrap().replicas, Some(2));
+    assert_eq!(h.deployment("query").await.spec.replicas, Some(2));
     let (status, reason, _) = h.condition("Ready").await;
     assert_eq!(
         (status.as_str(), reason.as_str()),

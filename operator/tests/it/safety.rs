@@ -55,8 +55,8 @@ async fn has_policy(role: &str, cluster: &str) -> bool {
         .is_ok()
 }
 
-/// Deletes `h`'s cluster (finalizer run) and returns the harness on the deleting object.
-async fn delete(h: &Harness) -> Harness {
+/// Deletes `h`'s cluster (a DELETE, then the pass that runs the finalizer).
+async fn delete(h: &Harness) -> &Harness {
     let deleting = h.deleting().await;
     reconcile(Arc::new(deleting.cluster().await), deleting.ctx.clone())
         .await
@@ -278,9 +278,9 @@ async fn deletion_with_an_invalid_spec_is_reported() {
     let manifests = format!("{NS}.{name}-manifests");
     assert!(table_exists(&manifests).await);
 
-    // The spec turns invalid (an API server without the CRD's schema lets it through), then
-    // the cluster is deleted: cleanup is blocked and says so; the finalizer stays.
-    h.patch_spec(json!({"storage": {"s3": {"bucket": ""}}}))
+    // The spec turns invalid (a bucket name the CRD's schema lets through), then the cluster
+    // is deleted: cleanup is blocked and says so; the finalizer stays.
+    h.patch_spec(json!({"storage": {"s3": {"bucket": "Bad_Bucket"}}}))
         .await;
     let deleting = h.deleting().await;
     let recording = moto().start_recording();
@@ -494,8 +494,9 @@ async fn failed_role_lookup_deploys_nothing() {
         ("False", "RoleNotFound")
     );
     assert_eq!(h.condition("WorkloadsReady").await.0, "Unknown");
+    let by_cluster = ListParams::default().labels(&format!("app.kubernetes.io/instance={name}"));
     let accounts: Vec<_> = Api::<ServiceAccount>::namespaced(h.client.clone(), NS)
-        .list(&ListParams::default())
+        .list(&by_cluster)
         .await
         .unwrap()
         .items;
@@ -517,7 +518,7 @@ async fn failed_role_lookup_deploys_nothing() {
     create_roles(&name).await;
     h.reconcile().await;
     let accounts = Api::<ServiceAccount>::namespaced(h.client.clone(), NS)
-        .list(&ListParams::default())
+        .list(&by_cluster)
         .await
         .unwrap()
         .items;
@@ -560,7 +561,7 @@ async fn status_drops_what_the_spec_dropped() {
     assert_eq!(h.condition("TablesReady").await.1, "Embedded");
 
     // An invalid spec: the pass observed nothing, so nothing but conditions is reported.
-    h.patch_spec(json!({"query": {"replicas": 0}})).await;
+    h.patch_spec(json!({"query": {"image": " "}})).await;
     h.reconcile().await;
     let status = h.cluster().await.status.unwrap();
     assert!(

@@ -100,7 +100,7 @@ async fn real_client(names: &[String]) -> kube::Client {
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    run(&["apply", "-f", "config/crd/lakecluster.yaml"]);
+    run(&["apply", "-f", "crds/lakecluster.yaml"]);
     run(&[
         "wait",
         "--for=condition=Established",

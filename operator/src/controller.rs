@@ -29,7 +29,7 @@ pub enum RunError {
     Client(#[source] kube::Error),
     #[error(
         "the LakeCluster CRD is not installed (or not readable): {0}; install it with \
-         `kubectl apply -f config/crd/lakecluster.yaml` (or `kubectl apply -k config/default`)"
+         `kubectl apply -f crds/lakecluster.yaml` (or `kubectl apply -k config/default`)"
     )]
     NoCrd(#[source] kube::Error),
     #[error("cannot listen on {addr} for metrics: {source}")]

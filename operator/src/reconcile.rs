@@ -28,7 +28,7 @@ use crate::apply::{self, ApplyError};
 use crate::aws::AwsPool;
 use crate::crd::{
     Condition, Endpoints, LakeCluster, LakeClusterStatus, PoliciesStatus, PolicyStatus,
-    TableStatus, TablesStatus,
+    TableStatus, TablesStatus, TokensStatus,
 };
 use crate::metrics::Metrics;
 use crate::plan::{self, IamInputs, LakePlan};
@@ -257,6 +257,7 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
         tables,
         policies,
         objects,
+        tokens,
     } = plan::plan(&validated, &inputs);
     facts.policies = policies_status(&policies);
 
@@ -277,8 +278,9 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     // Workloads only once the stores they point at exist and their roles may reach them.
     let workloads = match &failure {
         Some(_) => WorkloadsOutcome::waiting(),
-        None => workloads_step(ctx, &validated, &objects).await,
+        None => workloads_step(ctx, cluster, &validated, &objects, &tokens).await,
     };
+    facts.tokens = workloads.tokens.clone();
     let failure = failure.or(workloads.failure);
 
     let checks = [plan_valid, tables.check, policies_check.0, workloads.check];
@@ -516,6 +518,8 @@ fn policies_status(policies: &[plan::RolePolicy]) -> Option<PoliciesStatus> {
 struct WorkloadsOutcome {
     check: Check,
     failure: Option<ApplyError>,
+    /// The token Secrets, once they are known to exist.
+    tokens: Option<TokensStatus>,
 }
 
 impl WorkloadsOutcome {
@@ -527,21 +531,54 @@ impl WorkloadsOutcome {
                 "waiting for tables and policies",
             ),
             failure: None,
+            tokens: None,
         }
     }
     fn failed(e: ApplyError) -> Self {
         Self {
             check: Check::failed(WORKLOADS_READY, e.reason(), e.to_string()),
             failure: Some(e),
+            tokens: None,
         }
     }
 }
 
+/// Whether this pass must make sure the token Secrets exist. The operator cannot read Secrets,
+/// so it creates them (AlreadyExists means they are there) until the status records them, and
+/// again whenever the workloads were not ready (a deleted Secret keeps new pods from starting);
+/// a converged pass sends nothing.
+fn tokens_needed(cluster: &LakeCluster) -> bool {
+    let Some(status) = &cluster.status else {
+        return true;
+    };
+    let workloads_ready = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == WORKLOADS_READY && c.status == "True");
+    status.tokens.is_none() || !workloads_ready
+}
+
 async fn workloads_step(
     ctx: &Context,
+    cluster: &LakeCluster,
     validated: &ValidatedCluster,
     objects: &[plan::Object],
+    tokens: &[plan::TokenSecret],
 ) -> WorkloadsOutcome {
+    if tokens_needed(cluster) {
+        match apply::tokens::ensure(&ctx.client, &validated.namespace, tokens).await {
+            Err(e) => return WorkloadsOutcome::failed(e),
+            Ok(created) if !created.is_empty() => {
+                tracing::info!(cluster = %validated.name, ?created, "token Secrets created");
+            }
+            Ok(_) => {}
+        }
+    }
+    let secret = |role| plan::tokens::secret_name(validated, role);
+    let tokens = Some(TokensStatus {
+        query_secret: secret(Role::Query),
+        metadata_secret: secret(Role::Metadata),
+    });
     match apply::workloads::ensure(&ctx.client, &validated.namespace, objects).await {
         Err(e) => return WorkloadsOutcome::failed(e),
         Ok(written) if !written.is_empty() => {
@@ -559,10 +596,16 @@ async fn workloads_step(
                 notes.push(note);
             }
             // Reported in status like every other failure (not an early return past it).
-            Err(e) => return WorkloadsOutcome::failed(e),
+            Err(e) => {
+                return WorkloadsOutcome {
+                    tokens,
+                    ..WorkloadsOutcome::failed(e)
+                };
+            }
         }
     }
     WorkloadsOutcome {
+        tokens,
         check: if all_ready {
             Check::ok(WORKLOADS_READY, "Available", notes.join("; "))
         } else {
@@ -604,6 +647,7 @@ struct Facts {
     endpoints: Option<Endpoints>,
     tables: Option<TablesStatus>,
     policies: Option<PoliciesStatus>,
+    tokens: Option<TokensStatus>,
 }
 
 impl Facts {
@@ -614,6 +658,7 @@ impl Facts {
             endpoints: status.endpoints,
             tables: status.tables,
             policies: status.policies,
+            tokens: status.tokens,
         }
     }
 }
@@ -661,6 +706,7 @@ async fn write_status(
         endpoints: facts.endpoints,
         tables: facts.tables,
         policies: facts.policies,
+        tokens: facts.tokens,
         // Not reconciled yet: kept as found.
         migration: previous.migration.clone(),
     };
@@ -680,6 +726,7 @@ async fn write_status(
             ("endpoints", next.endpoints.is_none()),
             ("tables", next.tables.is_none()),
             ("policies", next.policies.is_none()),
+            ("tokens", next.tokens.is_none()),
         ] {
             if absent {
                 fields.insert(field.to_owned(), serde_json::Value::Null);

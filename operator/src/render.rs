@@ -52,13 +52,16 @@ pub fn endpoint(cluster: &ValidatedCluster, role: Role) -> String {
 }
 
 pub fn runtime_config(cluster: &ValidatedCluster, role: Role) -> RuntimeConfig {
-    RuntimeConfig::for_role(
+    let mut config = RuntimeConfig::for_role(
         &cluster.authority,
         role,
         cluster.uid.clone(),
         SocketAddr::from(([0, 0, 0, 0], default_port(role))),
         Some(endpoint(cluster, Role::Metadata)),
-    )
+    );
+    // Every pod requires bearer tokens: its role's Secret, mounted (plan::tokens).
+    config.token_file = Some(crate::plan::tokens::token_file());
+    config
 }
 
 pub fn render<'a>(cluster: &'a ValidatedCluster, inputs: &IamInputs) -> RenderedPlan<'a> {
@@ -78,6 +81,9 @@ pub fn render<'a>(cluster: &'a ValidatedCluster, inputs: &IamInputs) -> Rendered
         tables,
         policies,
         objects,
+        // Secrets hold random tokens: reconcile creates them; offline users create their own
+        // (docs/operator.md), so a render is the same every time.
+        tokens: _,
     } = plan(cluster, inputs);
     RenderedPlan {
         cluster,

@@ -46,6 +46,12 @@ pub enum ApplyError {
         name: String,
         placeholder: &'static str,
     },
+    /// The OS gave no randomness for a new token: retried.
+    #[error("drawing a random token: {source}")]
+    Random {
+        #[source]
+        source: getrandom::Error,
+    },
     #[error("Kubernetes {operation} {kind}/{name}: {source}")]
     Kube {
         operation: &'static str,
@@ -77,6 +83,7 @@ impl ApplyError {
             ApplyError::NotActive { .. } => "TableNotActive",
             ApplyError::Aws { .. } => "AwsError",
             ApplyError::Unresolved { .. } => "Unresolved",
+            ApplyError::Random { .. } => "NoRandomness",
             ApplyError::Kube { .. } => "KubernetesError",
         }
     }

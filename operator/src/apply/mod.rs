@@ -4,6 +4,7 @@
 pub mod error;
 pub mod iam;
 pub mod tables;
+pub mod tokens;
 pub mod workloads;
 
 pub use error::ApplyError;

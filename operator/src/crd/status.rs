@@ -20,7 +20,18 @@ pub struct LakeClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policies: Option<PoliciesStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokensStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<MigrationStatus>,
+}
+
+/// The Secrets holding each role's bearer tokens (key `tokens`, one per line). Clients of the
+/// query endpoint read `querySecret`; a query token is never valid on metadata.
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TokensStatus {
+    pub query_secret: String,
+    pub metadata_secret: String,
 }
 
 /// A metav1.Condition-shaped condition.

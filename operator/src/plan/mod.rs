@@ -4,12 +4,14 @@
 
 pub mod iam;
 pub mod tables;
+pub mod tokens;
 pub mod workloads;
 
 use serde::Serialize;
 
 pub use iam::{IamInputs, RolePolicy};
 pub use tables::DesiredTable;
+pub use tokens::TokenSecret;
 pub use workloads::Object;
 
 use crate::validate::ValidatedCluster;
@@ -19,6 +21,8 @@ pub struct LakePlan {
     pub tables: Vec<DesiredTable>,
     pub policies: Vec<RolePolicy>,
     pub objects: Vec<Object>,
+    /// Created once (a random token), never applied again: not among `objects`.
+    pub tokens: Vec<TokenSecret>,
 }
 
 pub fn plan(cluster: &ValidatedCluster, inputs: &IamInputs) -> LakePlan {
@@ -26,6 +30,7 @@ pub fn plan(cluster: &ValidatedCluster, inputs: &IamInputs) -> LakePlan {
     LakePlan {
         tables: tables::tables(cluster),
         objects: workloads::objects(cluster, &policies),
+        tokens: tokens::token_secrets(cluster),
         policies,
     }
 }

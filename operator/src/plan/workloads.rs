@@ -7,8 +7,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy}
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvFromSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
-    TCPSocketAction, Volume, VolumeMount,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort,
+    ServiceSpec, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -85,8 +85,13 @@ fn selector(cluster: &ValidatedCluster, role: Role) -> BTreeMap<String, String> 
 }
 
 fn meta(cluster: &ValidatedCluster, role: Role) -> ObjectMeta {
+    meta_named(cluster, role, workload_name(cluster, role))
+}
+
+/// Name, namespace, labels and the owner reference of one of `role`'s objects.
+pub(crate) fn meta_named(cluster: &ValidatedCluster, role: Role, name: String) -> ObjectMeta {
     ObjectMeta {
-        name: Some(workload_name(cluster, role)),
+        name: Some(name),
         namespace: Some(cluster.namespace.clone()),
         labels: Some(labels(cluster, role)),
         owner_references: cluster.uid.as_ref().map(|uid| {
@@ -159,6 +164,22 @@ fn deployment(
         mount_path: "/tmp".into(),
         ..Default::default()
     }];
+    // The role's bearer tokens (LAKE_TOKEN_FILE), readable by the pod's group only.
+    volumes.push(Volume {
+        name: "tokens".into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(super::tokens::secret_name(cluster, role)),
+            default_mode: Some(0o440),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    mounts.push(VolumeMount {
+        name: "tokens".into(),
+        mount_path: super::tokens::TOKEN_DIR.into(),
+        read_only: Some(true),
+        ..Default::default()
+    });
     if let Storage::Local { path } = cluster.authority.storage() {
         // A local lake keeps everything under one directory; in Kubernetes that is only good
         // for experiments (see docs/operator.md).

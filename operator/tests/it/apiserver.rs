@@ -364,6 +364,7 @@ fn operator_runs_with_only_its_rbac() {
         ("create", "serviceaccounts"),
         ("create", "poddisruptionbudgets.policy"),
         ("create", "events.events.k8s.io"),
+        ("create", "secrets"),
     ] {
         assert!(
             can(verb, resource, "default"),
@@ -372,7 +373,10 @@ fn operator_runs_with_only_its_rbac() {
     }
     for (verb, resource, namespace) in [
         ("get", "secrets", "kube-system"),
+        ("get", "secrets", "default"),
         ("list", "secrets", "default"),
+        ("watch", "secrets", "default"),
+        ("patch", "secrets", "default"),
         ("list", "nodes", "default"),
         ("create", "pods", "default"),
         ("delete", "deployments.apps", "default"),

@@ -6,14 +6,14 @@ use std::process::Command;
 
 #[test]
 fn checked_in_crd_matches_generated() {
-    let path = workspace_root().join("config/crd/lakecluster.yaml");
+    let path = workspace_root().join("crds/lakecluster.yaml");
     let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
     let generated = crd_yaml().unwrap();
     if checked_in != generated {
         let diff = similar::TextDiff::from_lines(&checked_in, &generated);
         panic!(
-            "config/crd/lakecluster.yaml is out of date; regenerate it with\n  \
-             scripts/cargo run -p lake-operator -- crd > config/crd/lakecluster.yaml\n\n{}",
+            "crds/lakecluster.yaml is out of date; regenerate it with\n  \
+             scripts/cargo run -p lake-operator -- crd > crds/lakecluster.yaml\n\n{}",
             diff.unified_diff().header("checked in", "generated")
         );
     }
@@ -22,7 +22,7 @@ fn checked_in_crd_matches_generated() {
 #[test]
 fn crd_passes_kubernetes_validate_strict() {
     let out = Command::new(venv_tool("kubernetes-validate"))
-        .args(["--strict", "config/crd/lakecluster.yaml"])
+        .args(["--strict", "crds/lakecluster.yaml"])
         .current_dir(workspace_root())
         .output()
         .unwrap();
@@ -42,7 +42,7 @@ fn crd_passes_kubernetes_validate_strict() {
 fn samples_validate_against_the_crd_schema() {
     let (ok, stdout, stderr) = python(&[
         "operator/tests/it/validate_cr.py",
-        "config/crd/lakecluster.yaml",
+        "crds/lakecluster.yaml",
         "config/samples/lakecluster-cloud.yaml",
         "config/samples/lakecluster-local.yaml",
     ]);
@@ -59,7 +59,7 @@ fn schema_validator_rejects_what_the_schema_forbids() {
     // The validator above must be able to fail: replicas 0 and a bad table name are rejected.
     let (ok, stdout, _) = python(&[
         "operator/tests/it/validate_cr.py",
-        "config/crd/lakecluster.yaml",
+        "crds/lakecluster.yaml",
         "operator/tests/fixtures/many-errors.yaml",
     ]);
     assert!(!ok, "{stdout}");

@@ -99,6 +99,10 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
             .or_default()
             .extend(all(&["get", "list", "watch", "create", "patch"]));
     }
+    // Token Secrets are created once and never read (AlreadyExists says they are there).
+    if !planned.tokens.is_empty() {
+        needed.insert(("".into(), "secrets".into()), all(&["create"]));
+    }
     needed.insert(
         ("lake.dev".into(), "lakeclusters".into()),
         all(&["get", "list", "watch", "patch"]),

@@ -11,3 +11,4 @@ mod iam;
 mod reconcile;
 mod render;
 mod safety;
+mod tokens;

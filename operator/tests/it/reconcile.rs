@@ -162,7 +162,8 @@ fn rolled_out(d: &Deployment) -> bool {
         && status.updated_replicas == Some(want)
         && status.available_replicas == Some(want)
         && status.conditions.iter().flatten().any(|c| {
-            c.type_.as_deref() == Some("Progressing") && c.reason.as_deref() == Some("NewReplicaSetAvailable")
+            c.type_.as_deref() == Some("Progressing")
+                && c.reason.as_deref() == Some("NewReplicaSetAvailable")
         })
 }
 

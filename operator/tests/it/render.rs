@@ -126,10 +126,10 @@ fn crd_subcommand_prints_the_checked_in_crd() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let checked_in = std::fs::read(workspace_root().join("config/crd/lakecluster.yaml")).unwrap();
+    let checked_in = std::fs::read(workspace_root().join("crds/lakecluster.yaml")).unwrap();
     assert!(
         out.stdout == checked_in,
-        "`lake-operator crd` differs from config/crd/lakecluster.yaml"
+        "`lake-operator crd` differs from crds/lakecluster.yaml"
     );
 }
 

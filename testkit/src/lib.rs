@@ -407,6 +407,88 @@ impl ControlPlane {
             .current_dir(workspace_root());
         command
     }
+
+    /// Runs `kubectl args…` as the administrator with `stdin` piped in.
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+        use std::io::Write;
+        let mut child = self
+            .kubectl()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl starts");
+        let mut input = child.stdin.take().expect("kubectl's stdin");
+        input
+            .write_all(stdin.unwrap_or_default().as_bytes())
+            .expect("kubectl reads its input");
+        drop(input);
+        child.wait_with_output().expect("kubectl runs")
+    }
+
+    /// `kubectl apply -k config/default` (the CRD, RBAC and the operator's namespace) once per
+    /// test binary, and the CRD Established.
+    pub fn install_lake(&self) {
+        static INSTALLED: OnceLock<()> = OnceLock::new();
+        INSTALLED.get_or_init(|| {
+            let out = self.run(&["apply", "-k", "config/default"], None);
+            assert!(
+                out.status.success(),
+                "kubectl apply -k config/default: {}",
+                output_text(&out)
+            );
+            let out = self.run(
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "crd/lakeclusters.lake.dev",
+                    "--timeout=60s",
+                ],
+                None,
+            );
+            assert!(
+                out.status.success(),
+                "the CRD is not Established: {}",
+                output_text(&out)
+            );
+        });
+    }
+
+    /// A kubeconfig in `dir` for ServiceAccount `namespace/account`, with a fresh TokenRequest
+    /// token (an hour): a client holding exactly that account's RBAC.
+    pub fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        account: &str,
+        dir: &Path,
+    ) -> PathBuf {
+        let out = self.run(
+            &["create", "token", account, "-n", namespace, "--duration=1h"],
+            None,
+        );
+        assert!(out.status.success(), "TokenRequest: {}", output_text(&out));
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let config = serde_json::json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": account,
+            "clusters": [{"name": "test", "cluster": {
+                "server": self.server, "insecure-skip-tls-verify": true}}],
+            "users": [{"name": account, "user": {"token": token}}],
+            "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
+        });
+        let path = dir.join("kubeconfig");
+        std::fs::write(&path, config.to_string()).expect("writing a kubeconfig");
+        path
+    }
+}
+
+/// A command's stdout and stderr, for messages.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// The pod status a kubelet reports once a pod's containers run and pass their probes: what tests

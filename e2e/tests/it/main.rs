@@ -1,3 +1,4 @@
 //! lake-e2e's tests: one test binary, one module per subject.
 
+mod kubernetes;
 mod readme;

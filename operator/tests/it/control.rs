@@ -3,65 +3,25 @@
 //! manifests installed once, and API clients as the administrator and as the operator's own
 //! ServiceAccount (a TokenRequest token, so exactly the RBAC of `config/rbac`).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::sync::OnceLock;
 
 use lake_testkit::control_plane;
 
 /// `kubectl args…` on the control plane as its administrator, `stdin` piped in.
 pub(super) fn kubectl(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = control_plane()
-        .kubectl()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input
-        .write_all(stdin.unwrap_or_default().as_bytes())
-        .unwrap();
-    drop(input);
-    child.wait_with_output().unwrap()
+    control_plane().run(args, stdin)
 }
 
 /// A command's stdout and stderr, for messages.
 pub(super) fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    lake_testkit::output_text(out)
 }
 
 /// `kubectl apply -k config/default`, once per test binary, and the CRD Established.
 pub(super) fn installed() {
-    static INSTALLED: OnceLock<()> = OnceLock::new();
-    INSTALLED.get_or_init(|| {
-        let out = kubectl(&["apply", "-k", "config/default"], None);
-        assert!(
-            out.status.success(),
-            "kubectl apply -k config/default: {}",
-            text(&out)
-        );
-        let out = kubectl(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "crd/lakeclusters.lake.dev",
-                "--timeout=60s",
-            ],
-            None,
-        );
-        assert!(
-            out.status.success(),
-            "the CRD is not Established: {}",
-            text(&out)
-        );
-    });
+    control_plane().install_lake();
 }
 
 /// Namespace `name` exists (created once per test binary).
@@ -82,29 +42,7 @@ pub(super) fn namespace(name: &'static str) {
 
 /// A kubeconfig for `lake-system/lake-operator` with a fresh TokenRequest token.
 pub(super) fn operator_kubeconfig(dir: &Path) -> PathBuf {
-    let out = kubectl(
-        &[
-            "create",
-            "token",
-            "lake-operator",
-            "-n",
-            "lake-system",
-            "--duration=1h",
-        ],
-        None,
-    );
-    assert!(out.status.success(), "TokenRequest: {}", text(&out));
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    let config = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
-        "clusters": [{"name": "test", "cluster": {
-            "server": control_plane().server(), "insecure-skip-tls-verify": true}}],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "test", "user": "operator"}}],
-    });
-    let path = dir.join("kubeconfig");
-    std::fs::write(&path, config.to_string()).unwrap();
-    path
+    control_plane().service_account_kubeconfig("lake-system", "lake-operator", dir)
 }
 
 async fn client_for(kubeconfig: &Path) -> kube::Client {

@@ -1,0 +1,388 @@
+//! End to end on Kubernetes: `kubectl apply` of a LakeCluster on the test control plane, the
+//! operator (a process, as its own ServiceAccount) reconciling it against the AWS emulator, the
+//! node agent running the pods it renders as `lake` processes with workload identity (a token the
+//! API server issued for the pod's ServiceAccount, exchanged through STS), and real clients
+//! writing and reading through the pods with the tokens the operator put in their Secrets.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use aws_credential_types::Credentials;
+use lake_e2e::node::NodeAgent;
+use lake_e2e::pod::NodeSettings;
+use lake_e2e::{binaries, binary, moto, python, workspace_root};
+use lake_testkit::{Moto, control_plane, controlplane_tool, output_text, unique};
+
+const OIDC: &str = "oidc.eks.us-east-1.amazonaws.com/id/LAKEE2E";
+
+/// The test binary's node agent (one Node; every other Node is cordoned).
+fn agent() -> &'static NodeAgent {
+    static AGENT: OnceLock<NodeAgent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        control_plane().install_lake();
+        NodeAgent::start(
+            control_plane().kubeconfig(),
+            "lake-e2e-node",
+            NodeSettings {
+                binaries: binaries(),
+                aws_endpoint: Some(moto().endpoint().to_owned()),
+                aws_region: Moto::REGION.to_owned(),
+            },
+        )
+    })
+}
+
+fn kubectl(args: &[&str]) -> String {
+    let out = control_plane().run(args, None);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        output_text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A shell command with kubectl on PATH and the admin kubeconfig: the docs' commands as written.
+fn sh(script: &str) -> String {
+    let kubectl_dir = controlplane_tool("kubectl").parent().unwrap().to_owned();
+    let path = format!(
+        "{}:{}",
+        kubectl_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .env("PATH", path)
+        .env("KUBECONFIG", control_plane().kubeconfig())
+        .current_dir(workspace_root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {}", output_text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `lake-operator run` for one namespace, as its ServiceAccount, its AWS calls on the emulator
+/// (static credentials: the operator's own identity is not under test here).
+struct Operator {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Operator {
+    fn start(namespace: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig =
+            control_plane().service_account_kubeconfig("lake-system", "lake-operator", dir.path());
+        let allowlist = dir.path().join("allowlist.yaml");
+        std::fs::write(
+            &allowlist,
+            format!(
+                "namespaces:\n  {namespace}:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{{bucket: \"*-bucket\"}}]\n"
+            ),
+        )
+        .unwrap();
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let log = std::fs::File::create(dir.path().join("operator.log")).unwrap();
+        let child = Command::new(binary("lake-operator"))
+            .args(["run", "--namespace", namespace, "--oidc-provider", OIDC])
+            .arg("--metrics-addr")
+            .arg(metrics.to_string())
+            .arg("--aws-endpoint")
+            .arg(moto().endpoint())
+            .arg("--allowlist")
+            .arg(&allowlist)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("AWS_ACCESS_KEY_ID", "e2eoperator")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_REGION", Moto::REGION)
+            .env("RUST_LOG", "info,kube_client::client::tls=error")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self { child, dir }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("operator.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn create_role(name: &str) {
+    let iam = aws_sdk_iam::Client::new(
+        &aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(Moto::REGION))
+            .endpoint_url(moto().endpoint())
+            .credentials_provider(Credentials::new("admin", "testing", None, None, "e2e"))
+            .load()
+            .await,
+    );
+    let trust = serde_json::json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+        "Principal": {"Federated": format!("arn:aws:iam::123456789012:oidc-provider/{OIDC}")},
+        "Action": "sts:AssumeRoleWithWebIdentity"}]});
+    iam.create_role()
+        .role_name(name)
+        .assume_role_policy_document(trust.to_string())
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A namespace with the operator watching it, and an S3 LakeCluster `name` applied with kubectl,
+/// its roles and bucket created on the emulator.
+struct Lake {
+    namespace: String,
+    name: String,
+    operator: Operator,
+}
+
+impl Lake {
+    async fn apply() -> Self {
+        agent();
+        let namespace = unique("e2e");
+        let name = unique("lake");
+        kubectl(&["create", "namespace", &namespace]);
+        create_role(&format!("{name}-query-role")).await;
+        create_role(&format!("{name}-metadata-role")).await;
+        moto().create_bucket(&format!("{name}-bucket"));
+        let operator = Operator::start(&namespace);
+        let manifest = format!(
+            r#"apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  storage:
+    s3:
+      bucket: {name}-bucket
+      prefix: warehouse
+      region: {region}
+      endpoint: {endpoint}
+  iam:
+    queryRole: {name}-query-role
+    metadataRole: {name}-metadata-role
+  query:
+    replicas: 1
+    image: ghcr.io/acme/lake:1
+  metadata:
+    image: ghcr.io/acme/lake:1
+"#,
+            region = Moto::REGION,
+            endpoint = moto().endpoint(),
+        );
+        let out = control_plane().run(&["apply", "-f", "-"], Some(&manifest));
+        assert!(out.status.success(), "{}", output_text(&out));
+        Self {
+            namespace,
+            name,
+            operator,
+        }
+    }
+
+    /// `kubectl wait --for=condition=Ready`, with everything worth reading when it times out.
+    fn wait_ready(&self, seconds: u64) {
+        let out = control_plane().run(
+            &[
+                "wait",
+                "--for=condition=Ready",
+                &format!("lakecluster/{}", self.name),
+                "-n",
+                &self.namespace,
+                &format!("--timeout={seconds}s"),
+            ],
+            None,
+        );
+        if !out.status.success() {
+            panic!("{}", self.diagnostics(&output_text(&out)));
+        }
+    }
+
+    fn diagnostics(&self, what: &str) -> String {
+        let ns = &self.namespace;
+        let describe = output_text(
+            &control_plane().run(&["describe", "lakecluster", &self.name, "-n", ns], None),
+        );
+        let objects = output_text(&control_plane().run(
+            &["get", "deploy,rs,pods,secrets", "-n", ns, "-o", "wide"],
+            None,
+        ));
+        let pods = kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ]);
+        let logs: String = pods
+            .split_whitespace()
+            .map(|pod| agent().logs(ns, pod))
+            .collect();
+        format!(
+            "{what}\n{describe}\n{objects}\n{logs}\n--- operator\n{}",
+            self.operator.log()
+        )
+    }
+
+    /// The pod of `role` (the first), and its pod IP.
+    fn pod(&self, role: &str) -> (String, String) {
+        let selector = format!(
+            "app.kubernetes.io/instance={},app.kubernetes.io/component={role}",
+            self.name
+        );
+        let out = kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            &self.namespace,
+            "-l",
+            &selector,
+            "--field-selector=status.phase=Running",
+            "-o",
+            "jsonpath={.items[0].metadata.name} {.items[0].status.podIP}",
+        ]);
+        let mut words = out.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some(pod), Some(ip)) => (pod.to_owned(), ip.to_owned()),
+            _ => panic!(
+                "{}",
+                self.diagnostics(&format!("no running {role} pod: {out:?}"))
+            ),
+        }
+    }
+
+    /// A role's bearer token, read from its Secret as docs/operator.md says to.
+    fn token(&self, role: &str) -> String {
+        let field = if role == "query" {
+            "querySecret"
+        } else {
+            "metadataSecret"
+        };
+        sh(&format!(
+            "kubectl get secret -n {ns} \"$(kubectl get lake {name} -n {ns} -o jsonpath='{{.status.tokens.{field}}}')\" \
+             -o jsonpath='{{.data.tokens}}' | base64 -d | head -n1",
+            ns = self.namespace,
+            name = self.name,
+        ))
+    }
+}
+
+/// The claims of a JWT (its payload, unverified: the API server issued it).
+fn claims(jwt: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let payload = jwt.split('.').nth(1).expect("a JWT");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .expect("base64url");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+/// The web-identity tokens presented to STS for `role_arn` in a recording.
+fn web_identity_tokens(log: &[serde_json::Value], role_arn: &str) -> Vec<String> {
+    use base64::Engine as _;
+    log.iter()
+        .filter_map(|entry| {
+            let raw = entry["body"].as_str()?;
+            let body = if entry["body_encoded"].as_bool() == Some(true) {
+                base64::engine::general_purpose::STANDARD.decode(raw).ok()?
+            } else {
+                raw.as_bytes().to_vec()
+            };
+            let form: std::collections::HashMap<String, String> =
+                url::form_urlencoded::parse(&body).into_owned().collect();
+            (form.get("Action").map(String::as_str) == Some("AssumeRoleWithWebIdentity")
+                && form.get("RoleArn").map(String::as_str) == Some(role_arn))
+            .then(|| form.get("WebIdentityToken").cloned())
+            .flatten()
+        })
+        .collect()
+}
+
+fn eventually(what: &str, seconds: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what} after {seconds} s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn port_open(ip: &str, port: u16) -> bool {
+    let addr = format!("{ip}:{port}").parse().unwrap();
+    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2e_kubectl_apply_to_sql() {
+    let started = Instant::now();
+    let recording = moto().start_recording();
+    let lake = Lake::apply().await;
+    lake.wait_ready(180);
+    let log = recording.stop();
+    eprintln!("kubectl apply → Ready in {:?}", started.elapsed());
+
+    // Each pod runs with workload identity: the token it presented to STS is the one the API
+    // server issued for its own ServiceAccount.
+    let (query_pod, query_ip) = lake.pod("query");
+    let (metadata_pod, metadata_ip) = lake.pod("metadata");
+    for (role, pod) in [("query", &query_pod), ("metadata", &metadata_pod)] {
+        let token = agent()
+            .irsa_token(&lake.namespace, pod)
+            .unwrap_or_else(|| panic!("{pod} has no web-identity token"));
+        let claims = claims(&token);
+        assert_eq!(
+            claims["sub"],
+            format!(
+                "system:serviceaccount:{}:{}-{role}",
+                lake.namespace, lake.name
+            ),
+            "{claims}"
+        );
+        assert_eq!(
+            claims["aud"],
+            serde_json::json!(["sts.amazonaws.com"]),
+            "{claims}"
+        );
+        let role_arn = format!("arn:aws:iam::123456789012:role/{}-{role}-role", lake.name);
+        let presented = web_identity_tokens(&log, &role_arn);
+        assert!(
+            presented.contains(&token),
+            "{pod} did not assume {role_arn} with its own token ({} presented; {} STS requests recorded)",
+            presented.len(),
+            log.iter().filter(|e| e.to_string().contains("AssumeRole")).count()
+        );
+    }
+
+    // Real clients, with the tokens from the Secrets: ingest through metadata, SQL through query.
+    let (ok, out, err) = python(&[
+        "e2e/tests/it/clients.py",
+        &format!("grpc://{metadata_ip}:8816"),
+        &lake.token("metadata"),
+        &format!("grpc://{query_ip}:8815"),
+        &lake.token("query"),
+    ]);
+    assert!(
+        ok,
+        "{}",
+        lake.diagnostics(&format!("clients failed:\n{out}\n{err}"))
+    );
+    assert!(out.contains("ok SQL through query"), "{out}");
+
+    // Deleting the namespace stops every process of the lake and frees its ports.
+    kubectl(&["delete", "namespace", &lake.namespace, "--wait=false"]);
+    eventually("the lake's ports are still open", 60, || {
+        !port_open(&query_ip, 8815) && !port_open(&metadata_ip, 8816)
+    });
+    eprintln!("e2e_kubectl_apply_to_sql: {:?}", started.elapsed());
+}

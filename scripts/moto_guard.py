@@ -33,6 +33,44 @@ def _record_one_at_a_time(self, *args, **kwargs):
 
 Recorder._record_request = _record_one_at_a_time
 
+# AWS serves AssumeRoleWithWebIdentity (and AssumeRoleWithSAML) unsigned: the token is the
+# credential. With IAM enforcement on, moto demands a signature for them too (a KeyError on the
+# missing Authorization header, answered 500), so workload identity (IRSA) could not be tested
+# against an enforcing emulator. Exempt exactly those actions, as AWS does.
+from moto.core.authorization import ActionAuthenticatorMixin  # noqa: E402
+
+_UNSIGNED_BY_DESIGN = {"AssumeRoleWithWebIdentity", "AssumeRoleWithSAML"}
+_authorize = ActionAuthenticatorMixin._authenticate_and_authorize_action
+
+
+def _authorize_except_unsigned(self, *args, **kwargs):
+    try:
+        action = self._get_action()
+    except Exception:  # not a query-protocol request: nothing to exempt
+        action = None
+    if action in _UNSIGNED_BY_DESIGN and "Authorization" not in self.headers:
+        return None
+    return _authorize(self, *args, **kwargs)
+
+
+ActionAuthenticatorMixin._authenticate_and_authorize_action = _authorize_except_unsigned
+
+# moto authorises DynamoDB requests against the resource "*", so with enforcement on a policy
+# scoped to table ARNs (lake's least-privilege policies) allows nothing at all. AWS authorises
+# against the table's ARN: give moto the table a request names (the first, for batches).
+from moto.dynamodb.responses import DynamoHandler  # noqa: E402
+
+
+def _dynamodb_resource(self):
+    body = self.body if isinstance(self.body, dict) else {}
+    table = body.get("TableName") or next(iter(body.get("RequestItems") or {}), None)
+    if table:
+        return f"arn:aws:dynamodb:{self.region}:{self.current_account}:table/{table}"
+    return body.get("ResourceArn") or "*"
+
+
+DynamoHandler._determine_resource = _dynamodb_resource
+
 
 def main() -> None:
     # One line per request on stderr drowns test output; errors still show.

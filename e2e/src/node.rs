@@ -50,6 +50,8 @@ struct State {
     pods: BTreeMap<String, RunningPod>,
     /// Pods that could not start yet, and why (kept in their status).
     waiting: BTreeMap<String, String>,
+    /// Namespaces whose pods reach another AWS than the node's (another emulator).
+    aws_routes: BTreeMap<String, String>,
     next_ip: u32,
 }
 
@@ -172,6 +174,16 @@ impl NodeAgent {
 
     pub fn node_name(&self) -> &str {
         &self.name
+    }
+
+    /// Pods of `namespace` reach AWS at `endpoint` (`AWS_ENDPOINT_URL`), not the node's default:
+    /// a test with an emulator of its own (e.g. with IAM enforcement).
+    pub fn route_aws(&self, namespace: &str, endpoint: &str) {
+        self.state
+            .lock()
+            .expect("agent state")
+            .aws_routes
+            .insert(namespace.to_owned(), endpoint.to_owned());
     }
 
     /// The output of every container of `namespace/pod` so far (for failure messages).
@@ -314,7 +326,16 @@ async fn sync_pod(
             format!("127.0.{}.{}", n / 250, n % 250 + 2)
         };
         let dir = root.join(&namespace).join(&name);
-        match start(client, settings, &pod, &dir, &ip).await {
+        let mut settings = settings.clone();
+        if let Some(endpoint) = state
+            .lock()
+            .expect("agent state")
+            .aws_routes
+            .get(&namespace)
+        {
+            settings.aws_endpoint = Some(endpoint.clone());
+        }
+        match start(client, &settings, &pod, &dir, &ip).await {
             Ok((containers, irsa_token)) => {
                 let started_at = now();
                 let running = RunningPod {

@@ -141,6 +141,28 @@ impl Moto {
     /// The region tests use against the emulator.
     pub const REGION: &'static str = "us-east-1";
 
+    /// Turns IAM enforcement on from the next request (moto's `reset-auth` with no free
+    /// actions): every request must then be signed by a principal whose policies allow it. For a
+    /// [`dedicated_moto`] only: it is server-wide.
+    pub fn enforce_iam(&self) {
+        use std::io::{Read, Write};
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to moto");
+        write!(
+            stream,
+            "POST /moto-api/reset-auth HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: text/plain\r\nContent-Length: 1\r\nConnection: close\r\n\r\n0",
+            self.port
+        )
+        .expect("send the request");
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .expect("read the response");
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "turning IAM enforcement on failed: {response}"
+        );
+    }
+
     /// Creates an S3 bucket (moto accepts unsigned requests while IAM enforcement is off).
     pub fn create_bucket(&self, bucket: &str) {
         let response = http(self.port, "PUT", &format!("/{bucket}"));

@@ -62,15 +62,33 @@ fn sh(script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// `lake-operator run` for one namespace, as its ServiceAccount, its AWS calls on the emulator
-/// (static credentials: the operator's own identity is not under test here).
+/// Which emulator a lake lives on, and the operator's credentials there (static: the operator's
+/// own identity is not under test here).
+struct Aws {
+    endpoint: String,
+    operator_key: String,
+    operator_secret: String,
+}
+
+impl Aws {
+    /// The test binary's shared emulator (no IAM enforcement).
+    fn shared() -> Self {
+        Self {
+            endpoint: moto().endpoint().to_owned(),
+            operator_key: "e2eoperator".into(),
+            operator_secret: "testing".into(),
+        }
+    }
+}
+
+/// `lake-operator run` for one namespace, as its ServiceAccount, its AWS calls on `aws`.
 struct Operator {
     child: Child,
     dir: tempfile::TempDir,
 }
 
 impl Operator {
-    fn start(namespace: &str) -> Self {
+    fn start(namespace: &str, aws: &Aws) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig =
             control_plane().service_account_kubeconfig("lake-system", "lake-operator", dir.path());
@@ -91,12 +109,12 @@ impl Operator {
             .arg("--metrics-addr")
             .arg(metrics.to_string())
             .arg("--aws-endpoint")
-            .arg(moto().endpoint())
+            .arg(&aws.endpoint)
             .arg("--allowlist")
             .arg(&allowlist)
             .env("KUBECONFIG", &kubeconfig)
-            .env("AWS_ACCESS_KEY_ID", "e2eoperator")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_ACCESS_KEY_ID", &aws.operator_key)
+            .env("AWS_SECRET_ACCESS_KEY", &aws.operator_secret)
             .env("AWS_REGION", Moto::REGION)
             .env("RUST_LOG", "info,kube_client::client::tls=error")
             .stdout(log.try_clone().unwrap())
@@ -119,15 +137,19 @@ impl Drop for Operator {
     }
 }
 
-async fn create_role(name: &str) {
-    let iam = aws_sdk_iam::Client::new(
+async fn iam(endpoint: &str) -> aws_sdk_iam::Client {
+    aws_sdk_iam::Client::new(
         &aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new(Moto::REGION))
-            .endpoint_url(moto().endpoint())
+            .endpoint_url(endpoint)
             .credentials_provider(Credentials::new("admin", "testing", None, None, "e2e"))
             .load()
             .await,
-    );
+    )
+}
+
+async fn create_role(endpoint: &str, name: &str) {
+    let iam = iam(endpoint).await;
     let trust = serde_json::json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
         "Principal": {"Federated": format!("arn:aws:iam::123456789012:oidc-provider/{OIDC}")},
         "Action": "sts:AssumeRoleWithWebIdentity"}]});
@@ -140,23 +162,40 @@ async fn create_role(name: &str) {
 }
 
 /// A namespace with the operator watching it, and an S3 LakeCluster `name` applied with kubectl,
-/// its roles and bucket created on the emulator.
+/// its roles and bucket created on the emulator beforehand (`create_aws`).
 struct Lake {
     namespace: String,
     name: String,
     operator: Operator,
 }
 
+/// A lake's name, and its roles and bucket on the emulator at `endpoint` (before any IAM
+/// enforcement: unsigned bucket creation).
+async fn create_aws(endpoint: &str, port: u16) -> String {
+    let name = unique("lake");
+    create_role(endpoint, &format!("{name}-query-role")).await;
+    create_role(endpoint, &format!("{name}-metadata-role")).await;
+    let bucket = format!("{name}-bucket");
+    let response = lake_testkit::http(port, "PUT", &format!("/{bucket}"));
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    name
+}
+
 impl Lake {
     async fn apply() -> Self {
+        let name = create_aws(moto().endpoint(), moto().port()).await;
+        Self::apply_named(&name, &Aws::shared())
+    }
+
+    fn apply_named(name: &str, aws: &Aws) -> Self {
         agent();
         let namespace = unique("e2e");
-        let name = unique("lake");
+        let name = name.to_owned();
         kubectl(&["create", "namespace", &namespace]);
-        create_role(&format!("{name}-query-role")).await;
-        create_role(&format!("{name}-metadata-role")).await;
-        moto().create_bucket(&format!("{name}-bucket"));
-        let operator = Operator::start(&namespace);
+        if aws.endpoint != moto().endpoint() {
+            agent().route_aws(&namespace, &aws.endpoint);
+        }
+        let operator = Operator::start(&namespace, aws);
         let manifest = format!(
             r#"apiVersion: lake.dev/v1alpha1
 kind: LakeCluster
@@ -180,7 +219,7 @@ spec:
     image: ghcr.io/acme/lake:1
 "#,
             region = Moto::REGION,
-            endpoint = moto().endpoint(),
+            endpoint = aws.endpoint,
         );
         let out = control_plane().run(&["apply", "-f", "-"], Some(&manifest));
         assert!(out.status.success(), "{}", output_text(&out));
@@ -360,7 +399,9 @@ async fn e2e_kubectl_apply_to_sql() {
             presented.contains(&token),
             "{pod} did not assume {role_arn} with its own token ({} presented; {} STS requests recorded)",
             presented.len(),
-            log.iter().filter(|e| e.to_string().contains("AssumeRole")).count()
+            log.iter()
+                .filter(|e| e.to_string().contains("AssumeRole"))
+                .count()
         );
     }
 
@@ -385,4 +426,137 @@ async fn e2e_kubectl_apply_to_sql() {
         !port_open(&query_ip, 8815) && !port_open(&metadata_ip, 8816)
     });
     eprintln!("e2e_kubectl_apply_to_sql: {:?}", started.elapsed());
+}
+
+/// An emulator of the test's own with IAM enforcement on: the operator signs as an IAM user
+/// allowed everything; each pod holds only what the operator's policy on its role grants.
+async fn enforced_aws(moto: &Moto) -> (Aws, String) {
+    let name = create_aws(moto.endpoint(), moto.port()).await;
+    let iam = iam(moto.endpoint()).await;
+    iam.create_user()
+        .user_name("lake-operator")
+        .send()
+        .await
+        .unwrap();
+    let admin = serde_json::json!({"Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]});
+    iam.put_user_policy()
+        .user_name("lake-operator")
+        .policy_name("admin")
+        .policy_document(admin.to_string())
+        .send()
+        .await
+        .unwrap();
+    let key = iam
+        .create_access_key()
+        .user_name("lake-operator")
+        .send()
+        .await
+        .unwrap()
+        .access_key
+        .unwrap();
+    moto.enforce_iam();
+    let aws = Aws {
+        endpoint: moto.endpoint().to_owned(),
+        operator_key: key.access_key_id,
+        operator_secret: key.secret_access_key,
+    };
+    (aws, name)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2e_query_credentials_refused_every_write() {
+    let started = Instant::now();
+    let enforced = lake_testkit::dedicated_moto();
+    let (aws, name) = enforced_aws(&enforced).await;
+    let lake = Lake::apply_named(&name, &aws);
+    lake.wait_ready(180);
+    let (query_pod, query_ip) = lake.pod("query");
+    let (_, metadata_ip) = lake.pod("metadata");
+    let (query, metadata) = (
+        format!("grpc://{query_ip}:8815"),
+        format!("grpc://{metadata_ip}:8816"),
+    );
+    let query_token = lake.token("query");
+
+    // Data first, through metadata (its credentials may write).
+    let (ok, out, err) = python(&[
+        "e2e/tests/it/clients.py",
+        &metadata,
+        &lake.token("metadata"),
+        &query,
+        &query_token,
+    ]);
+    assert!(ok, "{}", lake.diagnostics(&format!("{out}\n{err}")));
+
+    // Query refuses every write, and its pod's own AWS credentials are refused every write.
+    let web_token = agent()
+        .irsa_token(&lake.namespace, &query_pod)
+        .expect("the query pod's web-identity token");
+    let (ok, out, err) = python(&[
+        "e2e/tests/it/query_refused.py",
+        &query,
+        &query_token,
+        &aws.endpoint,
+        &format!("arn:aws:iam::123456789012:role/{name}-query-role"),
+        &web_token,
+        &format!("{}.{name}-manifests", lake.namespace),
+        &format!("{}.{name}-registry", lake.namespace),
+        &format!("{name}-bucket"),
+        "warehouse",
+    ]);
+    assert!(ok, "{}", lake.diagnostics(&format!("{out}\n{err}")));
+    let results: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or_default()).unwrap();
+    for write in [
+        "SQL INSERT",
+        "SQL CREATE TABLE",
+        "SQL DROP TABLE",
+        "ADBC ingest (DoPut)",
+    ] {
+        assert!(
+            results[write]
+                .as_str()
+                .is_some_and(|r| r.contains("PERMISSION_DENIED") || r.contains("PermissionDenied")),
+            "{write} through query was not refused: {results}"
+        );
+    }
+    for refused in [
+        "dynamodb:PutItem",
+        "dynamodb:DeleteItem",
+        "s3:PutObject",
+        "s3:DeleteObject",
+        "dynamodb:GetItem registry",
+        "dynamodb:Query registry",
+    ] {
+        assert!(
+            results[refused]
+                .as_str()
+                .is_some_and(|r| r.starts_with("403 ")),
+            "{refused} with the query pod's credentials was not refused: {results}"
+        );
+    }
+    // The same credentials do read: the refusals are the policy, not broken credentials.
+    assert_eq!(results["s3:GetObject"], "allowed", "{results}");
+    assert_eq!(results["dynamodb:Query"], "allowed", "{results}");
+    // No registry: query's configuration names no registry table at all.
+    let config = kubectl(&[
+        "get",
+        "configmap",
+        &format!("{name}-query"),
+        "-n",
+        &lake.namespace,
+        "-o",
+        "jsonpath={.data}",
+    ]);
+    assert!(!config.contains("REGISTRY"), "{config}");
+
+    kubectl(&["delete", "namespace", &lake.namespace, "--wait=false"]);
+    eventually("the lake's ports are still open", 60, || {
+        !port_open(&query_ip, 8815) && !port_open(&metadata_ip, 8816)
+    });
+    eprintln!(
+        "e2e_query_credentials_refused_every_write: {:?}",
+        started.elapsed()
+    );
 }

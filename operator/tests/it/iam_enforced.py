@@ -1,8 +1,9 @@
 """moto with IAM enforcement: credentials holding only the rendered query policy are refused
 writes. usage: iam_enforced.py ENDPOINT POLICY.json TABLE BUCKET PREFIX → JSON results.
 
-moto enforces IAM per action for every service and per resource only for S3 (DynamoDB resource
-ARNs are not honoured), so reads on DynamoDB cannot be checked here; the IAM simulator covers them.
+moto itself authorises DynamoDB requests against "*"; scripts/moto_guard.py makes it use the
+table's ARN, as AWS does (the end-to-end tests check table-scoped reads and refusals with it);
+the IAM simulator covers every table action.
 """
 
 import json

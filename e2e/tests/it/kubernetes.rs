@@ -183,11 +183,16 @@ async fn create_aws(endpoint: &str, port: u16) -> String {
 
 impl Lake {
     async fn apply() -> Self {
-        let name = create_aws(moto().endpoint(), moto().port()).await;
-        Self::apply_named(&name, &Aws::shared())
+        Self::apply_with("").await
     }
 
-    fn apply_named(name: &str, aws: &Aws) -> Self {
+    /// With `spec_extra` (YAML lines under `spec:`, indented two spaces).
+    async fn apply_with(spec_extra: &str) -> Self {
+        let name = create_aws(moto().endpoint(), moto().port()).await;
+        Self::apply_named(&name, &Aws::shared(), spec_extra)
+    }
+
+    fn apply_named(name: &str, aws: &Aws, spec_extra: &str) -> Self {
         agent();
         let namespace = unique("e2e");
         let name = name.to_owned();
@@ -217,7 +222,7 @@ spec:
     image: ghcr.io/acme/lake:1
   metadata:
     image: ghcr.io/acme/lake:1
-"#,
+{spec_extra}"#,
             region = Moto::REGION,
             endpoint = aws.endpoint,
         );
@@ -469,7 +474,7 @@ async fn e2e_query_credentials_refused_every_write() {
     let started = Instant::now();
     let enforced = lake_testkit::dedicated_moto();
     let (aws, name) = enforced_aws(&enforced).await;
-    let lake = Lake::apply_named(&name, &aws);
+    let lake = Lake::apply_named(&name, &aws, "");
     lake.wait_ready(180);
     let (query_pod, query_ip) = lake.pod("query");
     let (_, metadata_ip) = lake.pod("metadata");
@@ -559,4 +564,116 @@ async fn e2e_query_credentials_refused_every_write() {
         "e2e_query_credentials_refused_every_write: {:?}",
         started.elapsed()
     );
+}
+
+async fn admin_sdk() -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(Moto::REGION))
+        .endpoint_url(moto().endpoint())
+        .credentials_provider(Credentials::new("admin", "testing", None, None, "e2e"))
+        .load()
+        .await
+}
+
+/// Deleting a LakeCluster: its finalizer's cleanup per `deletionPolicy`, then garbage collection
+/// of its objects, so its processes stop. `Retain` (the default) keeps both tables, protected;
+/// `Delete` removes them; the warehouse's files stay either way (the operator never deletes data
+/// in S3), and both remove the cluster's inline policies from its roles.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2e_deletion_policies() {
+    let started = Instant::now();
+    let (retained, deleted) = tokio::join!(
+        Lake::apply(),
+        Lake::apply_with("  deletionPolicy: Delete\n")
+    );
+    let sdk = admin_sdk().await;
+    let (ddb, iam) = (
+        aws_sdk_dynamodb::Client::new(&sdk),
+        aws_sdk_iam::Client::new(&sdk),
+    );
+    for lake in [&retained, &deleted] {
+        lake.wait_ready(180);
+        let (_, query_ip) = lake.pod("query");
+        let (_, metadata_ip) = lake.pod("metadata");
+        let (ok, out, err) = python(&[
+            "e2e/tests/it/clients.py",
+            &format!("grpc://{metadata_ip}:8816"),
+            &lake.token("metadata"),
+            &format!("grpc://{query_ip}:8815"),
+            &lake.token("query"),
+        ]);
+        assert!(ok, "{}", lake.diagnostics(&format!("{out}\n{err}")));
+    }
+    for lake in [&retained, &deleted] {
+        let (_, query_ip) = lake.pod("query");
+        kubectl(&[
+            "delete",
+            "lakecluster",
+            &lake.name,
+            "-n",
+            &lake.namespace,
+            "--timeout=120s",
+        ]);
+        // Garbage collection removes the Deployments; the node stops their processes.
+        eventually("the deleted lake still answers", 90, || {
+            !port_open(&query_ip, 8815)
+        });
+    }
+
+    let tables = |lake: &Lake| {
+        [
+            format!("{}.{}-registry", lake.namespace, lake.name),
+            format!("{}.{}-manifests", lake.namespace, lake.name),
+        ]
+    };
+    for table in tables(&retained) {
+        let described = ddb.describe_table().table_name(&table).send().await;
+        let described = described.unwrap_or_else(|e| panic!("Retain lost {table}: {e:?}"));
+        assert_eq!(
+            described.table.unwrap().deletion_protection_enabled(),
+            Some(true),
+            "{table}"
+        );
+    }
+    for table in tables(&deleted) {
+        assert!(
+            ddb.describe_table()
+                .table_name(&table)
+                .send()
+                .await
+                .is_err(),
+            "Delete kept {table}"
+        );
+    }
+    for lake in [&retained, &deleted] {
+        // ListObjectsV2, unsigned (the shared emulator does not enforce IAM).
+        let listing = lake_testkit::http(
+            moto().port(),
+            "GET",
+            &format!(
+                "/{}-bucket?list-type=2&prefix=warehouse/sales/orders.lance/",
+                lake.name
+            ),
+        );
+        assert!(
+            listing.contains("<Key>warehouse/sales/orders.lance/"),
+            "{}: the warehouse's files are gone: {listing}",
+            lake.name
+        );
+        for role in ["query", "metadata"] {
+            let policy = iam
+                .get_role_policy()
+                .role_name(format!("{}-{role}-role", lake.name))
+                .policy_name(format!("lake.{}.{}", lake.namespace, lake.name))
+                .send()
+                .await;
+            assert!(
+                policy.is_err(),
+                "{}: the {role} role kept its grant",
+                lake.name
+            );
+        }
+        kubectl(&["delete", "namespace", &lake.namespace, "--wait=false"]);
+    }
+    eprintln!("e2e_deletion_policies: {:?}", started.elapsed());
 }

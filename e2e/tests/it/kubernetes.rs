@@ -677,3 +677,135 @@ async fn e2e_deletion_policies() {
     }
     eprintln!("e2e_deletion_policies: {:?}", started.elapsed());
 }
+
+/// Scaling query to 3 and changing its image roll the pods (new ReplicaSet, old pods stopped);
+/// a client that keeps querying the ready pods throughout gets every answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2e_rollout_keeps_answering() {
+    let started = Instant::now();
+    let lake = Lake::apply().await;
+    lake.wait_ready(180);
+    let (old_pod, query_ip) = lake.pod("query");
+    let (_, metadata_ip) = lake.pod("metadata");
+    let token = lake.token("query");
+    let (ok, out, err) = python(&[
+        "e2e/tests/it/clients.py",
+        &format!("grpc://{metadata_ip}:8816"),
+        &lake.token("metadata"),
+        &format!("grpc://{query_ip}:8815"),
+        &token,
+    ]);
+    assert!(ok, "{}", lake.diagnostics(&format!("{out}\n{err}")));
+
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+    let selector = format!(
+        "app.kubernetes.io/instance={},app.kubernetes.io/component=query",
+        lake.name
+    );
+    let client = Command::new(lake_testkit::venv_tool("python"))
+        .arg("e2e/tests/it/rollout_client.py")
+        .args([lake.namespace.as_str(), &selector, &token])
+        .arg(&stop)
+        .env("KUBECTL", controlplane_tool("kubectl"))
+        .env("KUBECONFIG", control_plane().kubeconfig())
+        .current_dir(workspace_root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+
+    let rollout = Instant::now();
+    kubectl(&[
+        "patch",
+        "lakecluster",
+        &lake.name,
+        "-n",
+        &lake.namespace,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"query":{"replicas":3,"image":"ghcr.io/acme/lake:2"}}}"#,
+    ]);
+    // The operator applies the change; then the Deployment controller rolls it out.
+    eventually("the query Deployment did not change", 30, || {
+        kubectl(&[
+            "get",
+            "deployment",
+            &format!("{}-query", lake.name),
+            "-n",
+            &lake.namespace,
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}",
+        ]) == "3 ghcr.io/acme/lake:2"
+    });
+    let out = control_plane().run(
+        &[
+            "rollout",
+            "status",
+            &format!("deployment/{}-query", lake.name),
+            "-n",
+            &lake.namespace,
+            "--timeout=120s",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        lake.diagnostics(&output_text(&out))
+    );
+    lake.wait_ready(60);
+    let rolled = rollout.elapsed();
+    let images = kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        &lake.namespace,
+        "-l",
+        &selector,
+        "--field-selector=status.phase=Running",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}={.spec.containers[0].image}{\"\\n\"}{end}",
+    ]);
+    let new_pods: Vec<&str> = images
+        .lines()
+        .filter_map(|l| l.strip_suffix("=ghcr.io/acme/lake:2"))
+        .collect();
+    assert_eq!(new_pods.len(), 3, "{images}");
+    eventually("the old pod is still there", 60, || {
+        !kubectl(&["get", "pods", "-n", &lake.namespace, "-o", "name"]).contains(&old_pod)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+
+    std::fs::write(&stop, b"").unwrap();
+    let out = client.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    assert_eq!(
+        report["unanswered"],
+        serde_json::json!([]),
+        "queries went unanswered during the rollout: {report}"
+    );
+    let served = report["served"].as_object().unwrap();
+    assert!(
+        served.contains_key(&old_pod),
+        "the old pod answered nothing: {report}"
+    );
+    assert!(
+        new_pods.iter().any(|p| served.contains_key(*p)),
+        "no new pod answered: {report}"
+    );
+    eprintln!(
+        "rollout to 3 replicas of a new image in {rolled:?}: {} queries answered, {} retried on another pod",
+        report["answered"], report["retries"]
+    );
+    kubectl(&["delete", "namespace", &lake.namespace, "--wait=false"]);
+    eprintln!("e2e_rollout_keeps_answering: {:?}", started.elapsed());
+}

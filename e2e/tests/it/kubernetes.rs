@@ -425,6 +425,35 @@ async fn e2e_kubectl_apply_to_sql() {
     );
     assert!(out.contains("ok SQL through query"), "{out}");
 
+    // Token rotation as docs/guides/kubernetes.md says: replace the Secret's content, restart.
+    let old_token = lake.token("query");
+    sh(&format!(
+        "kubectl create secret generic {name}-query-token -n {ns} \
+           --from-literal=tokens=\"$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')\" \
+           --dry-run=client -o yaml | kubectl apply -f - && \
+         kubectl rollout restart deployment/{name}-query -n {ns} && \
+         kubectl rollout status deployment/{name}-query -n {ns} --timeout=120s",
+        name = lake.name,
+        ns = lake.namespace,
+    ));
+    let new_token = lake.token("query");
+    assert_ne!(new_token, old_token, "the Secret was not rotated");
+    eventually("the pre-rotation query pod is still there", 60, || {
+        !kubectl(&["get", "pods", "-n", &lake.namespace, "-o", "name"]).contains(&query_pod)
+    });
+    let (_, query_ip) = lake.pod("query");
+    let (ok, out, err) = python(&[
+        "e2e/tests/it/token_check.py",
+        &format!("grpc://{query_ip}:8815"),
+        &new_token,
+        &old_token,
+    ]);
+    assert!(
+        ok,
+        "{}",
+        lake.diagnostics(&format!("rotation:\n{out}\n{err}"))
+    );
+
     // Deleting the namespace stops every process of the lake and frees its ports.
     kubectl(&["delete", "namespace", &lake.namespace, "--wait=false"]);
     eventually("the lake's ports are still open", 60, || {

@@ -210,6 +210,28 @@ impl NodeAgent {
             .and_then(|p| p.irsa_token.clone())
     }
 
+    /// Runs `args` in the first container of `namespace/pod` as `kubectl exec` would: the same
+    /// program, environment, files and pod IP, in the pod's directory. Waits for it to finish.
+    pub fn exec(&self, namespace: &str, pod: &str, args: &[&str]) -> std::process::Output {
+        let (launch, dir) = {
+            let state = self.state.lock().expect("agent state");
+            let running = state
+                .pods
+                .values()
+                .find(|p| p.namespace == namespace && p.name == pod)
+                .unwrap_or_else(|| panic!("pod {namespace}/{pod} does not run on this node"));
+            (running.containers[0].launch.clone(), running.dir.clone())
+        };
+        Command::new(&launch.program)
+            .args(args)
+            .env_clear()
+            .envs(&launch.env)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("exec in the pod")
+    }
+
     /// How many processes the agent is running now.
     pub fn running(&self) -> usize {
         let mut state = self.state.lock().expect("agent state");

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod flight;
 pub mod manifest;
 pub mod provision;
+pub mod selftest;
 pub mod sql_client;
 pub mod stage;
 pub mod stage_cli;

@@ -89,6 +89,13 @@ enum Command {
     /// Validate the LAKE_* configuration and print what this role would connect to, without
     /// connecting to anything.
     Plan,
+    /// Check, with this pod's configuration and credentials, what its role may and may not do,
+    /// printing each check; exits non-zero if any fails. The query role: its stores open
+    /// read-only (the manifest marker names this cluster), the warehouse lists, it holds no
+    /// registry name, and IAM refuses it a DynamoDB write. The metadata role: both stores open
+    /// (both markers name this cluster), the registry lists, and IAM permits writes to both
+    /// tables. Write probes carry a condition that never holds: nothing is ever written.
+    Selftest,
     /// The managed stage: put, get, ls, rm (through the query endpoint's stage descriptor).
     Stage {
         /// The query endpoint.
@@ -200,6 +207,7 @@ fn main() -> ExitCode {
                 .await
             }
             Command::Serve => serve().await,
+            Command::Selftest => selftest().await,
             Command::Sql {
                 endpoint,
                 sql,
@@ -421,6 +429,28 @@ async fn serve() -> Result<(), String> {
     )
     .await
     .map_err(|e| format!("serving failed: {e}"))
+}
+
+async fn selftest() -> Result<(), String> {
+    let parsed = RuntimeConfig::from_vars(std::env::vars())
+        .map_err(|e| format!("invalid LAKE_* configuration: {e}"))?;
+    let config = parsed.config;
+    let checks = lake_runtime::selftest::run(&config).await;
+    let failed = checks.iter().filter(|c| !c.passed).count();
+    for check in &checks {
+        let mark = if check.passed { "ok" } else { "FAILED" };
+        println!("{mark} {}: {}", check.name, check.detail);
+    }
+    println!(
+        "{} selftest: {} passed, {failed} failed",
+        config.plan.role(),
+        checks.len() - failed
+    );
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} selftest checks failed"))
+    }
 }
 
 fn plan() -> ExitCode {

@@ -410,6 +410,18 @@ async fn e2e_kubectl_apply_to_sql() {
         );
     }
 
+    // On an emulator that enforces no IAM, query's selftest fails: it can write.
+    let out = agent().exec(&lake.namespace, &query_pod, &["selftest"]);
+    let said = output_text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("FAILED query is refused writes to")
+            && said.contains("IAM permits query's credentials to write"),
+        "{said}"
+    );
+    let out = agent().exec(&lake.namespace, &metadata_pod, &["selftest"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+
     // Real clients, with the tokens from the Secrets: ingest through metadata, SQL through query.
     let (ok, out, err) = python(&[
         "e2e/tests/it/clients.py",
@@ -573,6 +585,20 @@ async fn e2e_query_credentials_refused_every_write() {
     // The same credentials do read: the refusals are the policy, not broken credentials.
     assert_eq!(results["s3:GetObject"], "allowed", "{results}");
     assert_eq!(results["dynamodb:Query"], "allowed", "{results}");
+    // `lake selftest` in each pod, with its own configuration and credentials, agrees.
+    let (metadata_pod, _) = lake.pod("metadata");
+    for (pod, role) in [(&query_pod, "query"), (&metadata_pod, "metadata")] {
+        let out = agent().exec(&lake.namespace, pod, &["selftest"]);
+        let said = output_text(&out);
+        assert!(out.status.success(), "{role} selftest failed:\n{said}");
+        assert!(
+            said.contains(&format!("{role} selftest: ")) && !said.contains("FAILED"),
+            "{said}"
+        );
+    }
+    let said = output_text(&agent().exec(&lake.namespace, &query_pod, &["selftest"]));
+    assert!(said.contains("ok query is refused writes to"), "{said}");
+
     // No registry: query's configuration names no registry table at all.
     let config = kubectl(&[
         "get",
@@ -837,4 +863,24 @@ async fn e2e_rollout_keeps_answering() {
     );
     kubectl(&["delete", "namespace", &lake.namespace, "--wait=false"]);
     eprintln!("e2e_rollout_keeps_answering: {:?}", started.elapsed());
+}
+
+#[test]
+fn selftest_help_documents_both_roles() {
+    let out = Command::new(binary("lake"))
+        .args(["selftest", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    for role in [
+        "The query role",
+        "The metadata role",
+        "nothing is ever written",
+    ] {
+        assert!(
+            help.contains(role),
+            "`lake selftest --help` lacks {role:?}: {help}"
+        );
+    }
 }

@@ -1,0 +1,198 @@
+//! `lake selftest`: run in a role's pod (its LAKE_* configuration, its credentials), checks
+//! that the role can do what it must and cannot do what it must not, and prints each check.
+//!
+//! - query: its stores open read-only (the manifest table's marker names this cluster), the
+//!   warehouse lists, it holds no registry name (by construction: the query plan has none), and a
+//!   DynamoDB write to the manifest table is refused by IAM;
+//! - metadata: both stores open (both markers name this cluster) and the registry lists, and a
+//!   DynamoDB write to each table is permitted.
+//!
+//! Every write probe is a conditional PutItem whose condition can never hold, so it never
+//! changes anything: IAM answers AccessDenied before the condition is evaluated, and a permitted
+//! probe fails its condition instead.
+
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::AttributeValue;
+use lake_common::config::RuntimeConfig;
+use lake_common::plan::{ManifestStore, RegistryStore, RolePlan};
+
+use crate::aws::{AwsConnection, ConnectOptions};
+use crate::context::{MetadataContext, QueryContext};
+
+/// One check's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+impl Check {
+    fn new(name: impl Into<String>, passed: bool, detail: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            passed,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What a write probe learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Probe {
+    /// IAM refused it.
+    Refused(String),
+    /// IAM let it through (its condition then failed: nothing was written).
+    Permitted,
+    /// Anything else (the table is missing, the network is down…).
+    Failed(String),
+}
+
+/// A table's key: (partition attribute, sort attribute, whether the sort key is a number).
+type KeyShape = (&'static str, &'static str, bool);
+const REGISTRY_KEY: KeyShape = ("pk", "sk", false);
+const MANIFEST_KEY: KeyShape = ("base_uri", "version", true);
+
+/// A write to `table` that can never change anything.
+async fn probe_write(client: &aws_sdk_dynamodb::Client, table: &str, key: KeyShape) -> Probe {
+    let (partition, sort, numeric) = key;
+    let sort_value = if numeric {
+        AttributeValue::N("0".into())
+    } else {
+        AttributeValue::S("__lake__/selftest".into())
+    };
+    let result = client
+        .put_item()
+        .table_name(table)
+        .item(partition, AttributeValue::S("__lake__/selftest".into()))
+        .item(sort, sort_value)
+        .condition_expression("attribute_exists(#k) AND attribute_not_exists(#k)")
+        .expression_attribute_names("#k", partition)
+        .send()
+        .await;
+    match result {
+        Ok(_) => {
+            Probe::Failed("an impossible condition held: nothing should have been written".into())
+        }
+        Err(e) => match e.code() {
+            Some("ConditionalCheckFailedException") => Probe::Permitted,
+            Some("AccessDeniedException" | "UnrecognizedClientException") => {
+                Probe::Refused(e.message().unwrap_or_default().to_owned())
+            }
+            _ if e.raw_response().is_some_and(|r| r.status().as_u16() == 403) => {
+                Probe::Refused(e.message().unwrap_or_default().to_owned())
+            }
+            _ => Probe::Failed(aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string()),
+        },
+    }
+}
+
+/// Runs every check of the configured role.
+pub async fn run(config: &RuntimeConfig) -> Vec<Check> {
+    let options = ConnectOptions::default();
+    let cluster = config.cluster_id.as_deref();
+    let mut checks = Vec::new();
+    match &config.plan {
+        RolePlan::Query(plan) => {
+            match QueryContext::open(plan, cluster, &options).await {
+                Ok(context) => {
+                    checks.push(Check::new(
+                        "query opens its stores read-only",
+                        true,
+                        "the manifest table's marker names this cluster",
+                    ));
+                    match context.engine().list_tables().await {
+                        Ok(tables) => checks.push(Check::new(
+                            "query reads the warehouse",
+                            true,
+                            format!("{} tables", tables.len()),
+                        )),
+                        Err(e) => checks.push(Check::new(
+                            "query reads the warehouse",
+                            false,
+                            e.to_string(),
+                        )),
+                    }
+                }
+                Err(e) => checks.push(Check::new(
+                    "query opens its stores read-only",
+                    false,
+                    e.to_string(),
+                )),
+            }
+            checks.push(Check::new(
+                "query holds no registry name",
+                true,
+                "the query plan has no registry (by type)",
+            ));
+            if let (ManifestStore::DynamoDb { table }, Some(aws)) = (plan.manifests(), plan.aws()) {
+                let client = AwsConnection::new(aws, &options).await.dynamodb();
+                let probe = probe_write(&client, table.as_str(), MANIFEST_KEY).await;
+                checks.push(match probe {
+                    Probe::Refused(why) => Check::new(
+                        format!("query is refused writes to {table}"),
+                        true,
+                        format!("AccessDenied: {why}"),
+                    ),
+                    Probe::Permitted => Check::new(
+                        format!("query is refused writes to {table}"),
+                        false,
+                        "IAM permits query's credentials to write the manifest table",
+                    ),
+                    Probe::Failed(why) => {
+                        Check::new(format!("query is refused writes to {table}"), false, why)
+                    }
+                });
+            }
+        }
+        RolePlan::Metadata(plan) => {
+            match MetadataContext::open(plan, cluster, &options).await {
+                Ok(context) => {
+                    checks.push(Check::new(
+                        "metadata opens both stores",
+                        true,
+                        format!("both markers name cluster {}", context.cluster_id()),
+                    ));
+                    match context.registry().list_namespaces().await {
+                        Ok(namespaces) => checks.push(Check::new(
+                            "metadata reads the registry",
+                            true,
+                            format!("{} namespaces", namespaces.len()),
+                        )),
+                        Err(e) => checks.push(Check::new(
+                            "metadata reads the registry",
+                            false,
+                            e.to_string(),
+                        )),
+                    }
+                }
+                Err(e) => checks.push(Check::new(
+                    "metadata opens both stores",
+                    false,
+                    e.to_string(),
+                )),
+            }
+            if let Some(aws) = plan.aws() {
+                let client = AwsConnection::new(aws, &options).await.dynamodb();
+                let mut tables = Vec::new();
+                if let RegistryStore::DynamoDb { table } = plan.registry() {
+                    tables.push((table.as_str().to_owned(), REGISTRY_KEY));
+                }
+                if let ManifestStore::DynamoDb { table } = plan.manifests() {
+                    tables.push((table.as_str().to_owned(), MANIFEST_KEY));
+                }
+                for (table, keys) in tables {
+                    let name = format!("metadata may write {table}");
+                    checks.push(match probe_write(&client, &table, keys).await {
+                        Probe::Permitted => Check::new(name, true, "permitted (nothing written)"),
+                        Probe::Refused(why) => {
+                            Check::new(name, false, format!("AccessDenied: {why}"))
+                        }
+                        Probe::Failed(why) => Check::new(name, false, why),
+                    });
+                }
+            }
+        }
+    }
+    checks
+}

@@ -92,6 +92,30 @@ fn volume_dir(volume: &str) -> PathBuf {
     Path::new("volumes").join(volume)
 }
 
+/// A ConfigMap's or Secret's data as files: every key under its own name, or with `items` only
+/// those keys, each at its path (and mode). A missing item key is an error, as for a kubelet.
+fn project(
+    data: BTreeMap<String, Vec<u8>>,
+    items: Option<&[k8s_openapi::api::core::v1::KeyToPath]>,
+    mode: u32,
+    volume: &str,
+) -> Result<Vec<(String, Vec<u8>, u32)>, LaunchError> {
+    let Some(items) = items else {
+        return Ok(data.into_iter().map(|(k, v)| (k, v, mode)).collect());
+    };
+    items
+        .iter()
+        .map(|item| {
+            let value = data.get(&item.key).cloned().ok_or_else(|| LaunchError::Missing {
+                kind: "key",
+                name: format!("{} (volume {volume})", item.key),
+            })?;
+            let mode = item.mode.map_or(mode, |m| m as u32);
+            Ok((item.path.clone(), value, mode))
+        })
+        .collect()
+}
+
 /// The directories and files of every volume, and where each is mounted, for one container.
 fn volumes(pod: &Pod, inputs: &PodInputs) -> Result<(Vec<PathBuf>, Vec<File>), LaunchError> {
     let spec = pod.spec.as_ref();
@@ -122,8 +146,9 @@ fn volumes(pod: &Pod, inputs: &PodInputs) -> Result<(Vec<PathBuf>, Vec<File>), L
                 }
             };
             let mode = source.default_mode.unwrap_or(0o644) as u32;
-            for (key, value) in data {
-                add(volume, &key, value.into_bytes(), mode);
+            let data = data.into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
+            for (path, value, mode) in project(data, source.items.as_deref(), mode, &volume.name)? {
+                add(volume, &path, value, mode);
             }
         } else if let Some(source) = &volume.secret {
             let name = source.secret_name.clone().unwrap_or_default();
@@ -137,8 +162,10 @@ fn volumes(pod: &Pod, inputs: &PodInputs) -> Result<(Vec<PathBuf>, Vec<File>), L
                 });
             };
             let mode = source.default_mode.unwrap_or(0o644) as u32;
-            for (key, value) in data {
-                add(volume, key, value.clone(), mode);
+            for (path, value, mode) in
+                project(data.clone(), source.items.as_deref(), mode, &volume.name)?
+            {
+                add(volume, &path, value, mode);
             }
         } else if let Some(projected) = &volume.projected {
             let mode = projected.default_mode.unwrap_or(0o644) as u32;

@@ -28,7 +28,7 @@ use crate::apply::{self, ApplyError};
 use crate::aws::AwsPool;
 use crate::crd::{
     Condition, Endpoints, LakeCluster, LakeClusterStatus, PoliciesStatus, PolicyStatus,
-    TableStatus, TablesStatus, TokensStatus,
+    TableStatus, TablesStatus, TlsStatus, TokensStatus,
 };
 use crate::metrics::Metrics;
 use crate::plan::{self, IamInputs, LakePlan};
@@ -258,6 +258,7 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
         policies,
         objects,
         tokens,
+        tls,
     } = plan::plan(&validated, &inputs);
     facts.policies = policies_status(&policies);
 
@@ -278,9 +279,16 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     // Workloads only once the stores they point at exist and their roles may reach them.
     let workloads = match &failure {
         Some(_) => WorkloadsOutcome::waiting(),
-        None => workloads_step(ctx, cluster, &validated, &objects, &tokens).await,
+        None => {
+            let created_once = CreatedOnce {
+                tokens: &tokens,
+                tls: tls.as_ref(),
+            };
+            workloads_step(ctx, cluster, &validated, &objects, created_once).await
+        }
     };
     facts.tokens = workloads.tokens.clone();
+    facts.tls = workloads.tls.clone();
     let failure = failure.or(workloads.failure);
 
     let checks = [plan_valid, tables.check, policies_check.0, workloads.check];
@@ -520,6 +528,14 @@ struct WorkloadsOutcome {
     failure: Option<ApplyError>,
     /// The token Secrets, once they are known to exist.
     tokens: Option<TokensStatus>,
+    /// The TLS Secret and CA ConfigMap, once they are known to exist.
+    tls: Option<TlsStatus>,
+}
+
+/// What the workloads need that is drawn at random once and never applied again.
+struct CreatedOnce<'a> {
+    tokens: &'a [plan::TokenSecret],
+    tls: Option<&'a plan::tls::TlsPlan>,
 }
 
 impl WorkloadsOutcome {
@@ -532,6 +548,7 @@ impl WorkloadsOutcome {
             ),
             failure: None,
             tokens: None,
+            tls: None,
         }
     }
     fn failed(e: ApplyError) -> Self {
@@ -539,15 +556,16 @@ impl WorkloadsOutcome {
             check: Check::failed(WORKLOADS_READY, e.reason(), e.to_string()),
             failure: Some(e),
             tokens: None,
+            tls: None,
         }
     }
 }
 
-/// Whether this pass must make sure the token Secrets exist. The operator cannot read Secrets,
-/// so it creates them (AlreadyExists means they are there) until the status records them, and
-/// again whenever the workloads were not ready (a deleted Secret keeps new pods from starting);
-/// a converged pass sends nothing.
-fn tokens_needed(cluster: &LakeCluster) -> bool {
+/// Whether this pass must make sure a created-once Secret exists. The operator cannot read
+/// Secrets, so it creates them (AlreadyExists means they are there) until the status records
+/// them, and again whenever the workloads were not ready (a deleted Secret keeps new pods from
+/// starting); a converged pass sends nothing.
+fn must_create(cluster: &LakeCluster, recorded: impl Fn(&LakeClusterStatus) -> bool) -> bool {
     let Some(status) = &cluster.status else {
         return true;
     };
@@ -555,7 +573,7 @@ fn tokens_needed(cluster: &LakeCluster) -> bool {
         .conditions
         .iter()
         .any(|c| c.type_ == WORKLOADS_READY && c.status == "True");
-    status.tokens.is_none() || !workloads_ready
+    !recorded(status) || !workloads_ready
 }
 
 async fn workloads_step(
@@ -563,10 +581,10 @@ async fn workloads_step(
     cluster: &LakeCluster,
     validated: &ValidatedCluster,
     objects: &[plan::Object],
-    tokens: &[plan::TokenSecret],
+    created_once: CreatedOnce<'_>,
 ) -> WorkloadsOutcome {
-    if tokens_needed(cluster) {
-        match apply::tokens::ensure(&ctx.client, &validated.namespace, tokens).await {
+    if must_create(cluster, |s| s.tokens.is_some()) {
+        match apply::tokens::ensure(&ctx.client, &validated.namespace, created_once.tokens).await {
             Err(e) => return WorkloadsOutcome::failed(e),
             Ok(created) if !created.is_empty() => {
                 tracing::info!(cluster = %validated.name, ?created, "token Secrets created");
@@ -579,6 +597,23 @@ async fn workloads_step(
         query_secret: secret(Role::Query),
         metadata_secret: secret(Role::Metadata),
     });
+    let mut tls = None;
+    if let Some(plan) = created_once.tls {
+        if must_create(cluster, |s| s.tls.is_some()) {
+            match apply::tls::ensure(&ctx.client, &validated.namespace, &validated.name, plan).await
+            {
+                Err(e) => return WorkloadsOutcome::failed(e),
+                Ok(true) => {
+                    tracing::info!(cluster = %validated.name, "TLS certificates issued");
+                }
+                Ok(false) => {}
+            }
+        }
+        tls = Some(TlsStatus {
+            secret: plan::tls::secret_name(validated),
+            ca_config_map: plan::tls::ca_config_map_name(validated),
+        });
+    }
     match apply::workloads::ensure(&ctx.client, &validated.namespace, objects).await {
         Err(e) => return WorkloadsOutcome::failed(e),
         Ok(written) if !written.is_empty() => {
@@ -599,6 +634,7 @@ async fn workloads_step(
             Err(e) => {
                 return WorkloadsOutcome {
                     tokens,
+                    tls,
                     ..WorkloadsOutcome::failed(e)
                 };
             }
@@ -606,6 +642,7 @@ async fn workloads_step(
     }
     WorkloadsOutcome {
         tokens,
+        tls,
         check: if all_ready {
             Check::ok(WORKLOADS_READY, "Available", notes.join("; "))
         } else {
@@ -648,6 +685,7 @@ struct Facts {
     tables: Option<TablesStatus>,
     policies: Option<PoliciesStatus>,
     tokens: Option<TokensStatus>,
+    tls: Option<TlsStatus>,
 }
 
 impl Facts {
@@ -659,6 +697,7 @@ impl Facts {
             tables: status.tables,
             policies: status.policies,
             tokens: status.tokens,
+            tls: status.tls,
         }
     }
 }
@@ -707,6 +746,7 @@ async fn write_status(
         tables: facts.tables,
         policies: facts.policies,
         tokens: facts.tokens,
+        tls: facts.tls,
         // Not reconciled yet: kept as found.
         migration: previous.migration.clone(),
     };
@@ -727,6 +767,7 @@ async fn write_status(
             ("tables", next.tables.is_none()),
             ("policies", next.policies.is_none()),
             ("tokens", next.tokens.is_none()),
+            ("tls", next.tls.is_none()),
         ] {
             if absent {
                 fields.insert(field.to_owned(), serde_json::Value::Null);

@@ -43,8 +43,12 @@ pub fn workload_name(cluster: &ValidatedCluster, role: Role) -> String {
 
 /// The in-cluster Flight SQL endpoint of `role`.
 pub fn endpoint(cluster: &ValidatedCluster, role: Role) -> String {
+    let scheme = match cluster.tls {
+        crate::crd::TlsMode::Operator => "grpc+tls",
+        crate::crd::TlsMode::Disabled => "grpc",
+    };
     format!(
-        "grpc://{}.{}.svc:{}",
+        "{scheme}://{}.{}.svc:{}",
         workload_name(cluster, role),
         cluster.namespace,
         default_port(role)
@@ -61,6 +65,9 @@ pub fn runtime_config(cluster: &ValidatedCluster, role: Role) -> RuntimeConfig {
     );
     // Every pod requires bearer tokens: its role's Secret, mounted (plan::tokens).
     config.token_file = Some(crate::plan::tokens::token_file());
+    if cluster.tls == crate::crd::TlsMode::Operator {
+        config.tls = Some(crate::plan::tls::files());
+    }
     config
 }
 
@@ -84,6 +91,7 @@ pub fn render<'a>(cluster: &'a ValidatedCluster, inputs: &IamInputs) -> Rendered
         // Secrets hold random tokens: reconcile creates them; offline users create their own
         // (docs/operator.md), so a render is the same every time.
         tokens: _,
+        tls: _,
     } = plan(cluster, inputs);
     RenderedPlan {
         cluster,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde::Serialize;
 
-use crate::crd::{Approval, DeletionPolicy, LakeCluster, ServiceType};
+use crate::crd::{Approval, DeletionPolicy, LakeCluster, ServiceType, TlsMode};
 
 /// The spec, checked and with every default filled in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -31,6 +31,7 @@ pub struct ValidatedCluster {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub delete_adopted_tables: bool,
     pub paused: bool,
+    pub tls: TlsMode,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -228,6 +229,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             deletion_policy: spec.deletion_policy,
             delete_adopted_tables: spec.tables.delete_adopted,
             paused: spec.paused,
+            tls: spec.tls,
         }),
         _ => Err(PlanErrors(errors)),
     }

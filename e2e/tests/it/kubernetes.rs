@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use aws_credential_types::Credentials;
 use lake_e2e::node::NodeAgent;
 use lake_e2e::pod::NodeSettings;
-use lake_e2e::{binaries, binary, moto, python, workspace_root};
+use lake_e2e::{binaries, binary, moto, workspace_root};
 use lake_testkit::{Moto, control_plane, controlplane_tool, output_text, unique};
 
 const OIDC: &str = "oidc.eks.us-east-1.amazonaws.com/id/LAKEE2E";
@@ -307,6 +307,69 @@ spec:
         }
     }
 
+    /// The URL of `role`'s pod at `ip`: TLS, as every lake endpoint is by default.
+    fn url(ip: &str, role: &str) -> String {
+        let port = if role == "query" { 8815 } else { 8816 };
+        format!("grpc+tls://{ip}:{port}")
+    }
+
+    /// The environment of a client script (`lake_e2e.py`): the CA the cluster publishes, read
+    /// as the guide says, and the Service name of each role's port.
+    fn client_env(&self) -> Vec<(String, String)> {
+        let ca = self.operator.dir.path().join("ca.crt");
+        if !ca.exists() {
+            let pem = sh(&format!(
+                "kubectl get configmap \"$(kubectl get lake {name} -n {ns} -o jsonpath='{{.status.tls.caConfigMap}}')\" \
+                 -n {ns} -o jsonpath='{{.data.ca\\.crt}}'",
+                name = self.name,
+                ns = self.namespace
+            ));
+            std::fs::write(&ca, pem + "\n").unwrap();
+        }
+        let (name, ns) = (&self.name, &self.namespace);
+        vec![
+            ("LAKE_E2E_CA".into(), ca.display().to_string()),
+            (
+                "LAKE_E2E_TLS_NAMES".into(),
+                format!("8815={name}-query.{ns}.svc,8816={name}-metadata.{ns}.svc"),
+            ),
+        ]
+    }
+
+    /// Runs a client script with [`Lake::client_env`]: (success, stdout, stderr).
+    fn client(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(lake_testkit::venv_tool("python"))
+            .args(args)
+            .envs(self.client_env())
+            .current_dir(workspace_root())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Ingests 1,000 rows into `sales.orders` through metadata and reads them through query.
+    fn load_orders(&self) {
+        let (_, query_ip) = self.pod("query");
+        let (_, metadata_ip) = self.pod("metadata");
+        let (ok, out, err) = self.client(&[
+            "e2e/tests/it/clients.py",
+            &Self::url(&metadata_ip, "metadata"),
+            &self.token("metadata"),
+            &Self::url(&query_ip, "query"),
+            &self.token("query"),
+        ]);
+        assert!(
+            ok,
+            "{}",
+            self.diagnostics(&format!("clients failed:\n{out}\n{err}"))
+        );
+        assert!(out.contains("ok SQL through query"), "{out}");
+    }
+
     /// A role's bearer token, read from its Secret as docs/operator.md says to.
     fn token(&self, role: &str) -> String {
         let field = if role == "query" {
@@ -378,7 +441,7 @@ async fn e2e_kubectl_apply_to_sql() {
 
     // Each pod runs with workload identity: the token it presented to STS is the one the API
     // server issued for its own ServiceAccount.
-    let (query_pod, query_ip) = lake.pod("query");
+    let (query_pod, _) = lake.pod("query");
     let (metadata_pod, metadata_ip) = lake.pod("metadata");
     for (role, pod) in [("query", &query_pod), ("metadata", &metadata_pod)] {
         let token = agent()
@@ -423,19 +486,7 @@ async fn e2e_kubectl_apply_to_sql() {
     assert!(out.status.success(), "{}", output_text(&out));
 
     // Real clients, with the tokens from the Secrets: ingest through metadata, SQL through query.
-    let (ok, out, err) = python(&[
-        "e2e/tests/it/clients.py",
-        &format!("grpc://{metadata_ip}:8816"),
-        &lake.token("metadata"),
-        &format!("grpc://{query_ip}:8815"),
-        &lake.token("query"),
-    ]);
-    assert!(
-        ok,
-        "{}",
-        lake.diagnostics(&format!("clients failed:\n{out}\n{err}"))
-    );
-    assert!(out.contains("ok SQL through query"), "{out}");
+    lake.load_orders();
 
     // Token rotation as docs/guides/kubernetes.md says: replace the Secret's content, restart.
     let old_token = lake.token("query");
@@ -454,9 +505,9 @@ async fn e2e_kubectl_apply_to_sql() {
         !kubectl(&["get", "pods", "-n", &lake.namespace, "-o", "name"]).contains(&query_pod)
     });
     let (_, query_ip) = lake.pod("query");
-    let (ok, out, err) = python(&[
+    let (ok, out, err) = lake.client(&[
         "e2e/tests/it/token_check.py",
-        &format!("grpc://{query_ip}:8815"),
+        &Lake::url(&query_ip, "query"),
         &new_token,
         &old_token,
     ]);
@@ -519,27 +570,17 @@ async fn e2e_query_credentials_refused_every_write() {
     lake.wait_ready(180);
     let (query_pod, query_ip) = lake.pod("query");
     let (_, metadata_ip) = lake.pod("metadata");
-    let (query, metadata) = (
-        format!("grpc://{query_ip}:8815"),
-        format!("grpc://{metadata_ip}:8816"),
-    );
+    let query = Lake::url(&query_ip, "query");
     let query_token = lake.token("query");
 
     // Data first, through metadata (its credentials may write).
-    let (ok, out, err) = python(&[
-        "e2e/tests/it/clients.py",
-        &metadata,
-        &lake.token("metadata"),
-        &query,
-        &query_token,
-    ]);
-    assert!(ok, "{}", lake.diagnostics(&format!("{out}\n{err}")));
+    lake.load_orders();
 
     // Query refuses every write, and its pod's own AWS credentials are refused every write.
     let web_token = agent()
         .irsa_token(&lake.namespace, &query_pod)
         .expect("the query pod's web-identity token");
-    let (ok, out, err) = python(&[
+    let (ok, out, err) = lake.client(&[
         "e2e/tests/it/query_refused.py",
         &query,
         &query_token,
@@ -648,16 +689,7 @@ async fn e2e_deletion_policies() {
     );
     for lake in [&retained, &deleted] {
         lake.wait_ready(180);
-        let (_, query_ip) = lake.pod("query");
-        let (_, metadata_ip) = lake.pod("metadata");
-        let (ok, out, err) = python(&[
-            "e2e/tests/it/clients.py",
-            &format!("grpc://{metadata_ip}:8816"),
-            &lake.token("metadata"),
-            &format!("grpc://{query_ip}:8815"),
-            &lake.token("query"),
-        ]);
-        assert!(ok, "{}", lake.diagnostics(&format!("{out}\n{err}")));
+        lake.load_orders();
     }
     for lake in [&retained, &deleted] {
         let (_, query_ip) = lake.pod("query");
@@ -740,17 +772,9 @@ async fn e2e_rollout_keeps_answering() {
     let started = Instant::now();
     let lake = Lake::apply().await;
     lake.wait_ready(180);
-    let (old_pod, query_ip) = lake.pod("query");
-    let (_, metadata_ip) = lake.pod("metadata");
+    let (old_pod, _) = lake.pod("query");
     let token = lake.token("query");
-    let (ok, out, err) = python(&[
-        "e2e/tests/it/clients.py",
-        &format!("grpc://{metadata_ip}:8816"),
-        &lake.token("metadata"),
-        &format!("grpc://{query_ip}:8815"),
-        &token,
-    ]);
-    assert!(ok, "{}", lake.diagnostics(&format!("{out}\n{err}")));
+    lake.load_orders();
 
     let dir = tempfile::tempdir().unwrap();
     let stop = dir.path().join("stop");
@@ -762,6 +786,7 @@ async fn e2e_rollout_keeps_answering() {
         .arg("e2e/tests/it/rollout_client.py")
         .args([lake.namespace.as_str(), &selector, &token])
         .arg(&stop)
+        .envs(lake.client_env())
         .env("KUBECTL", controlplane_tool("kubectl"))
         .env("KUBECONFIG", control_plane().kubeconfig())
         .current_dir(workspace_root())
@@ -883,4 +908,35 @@ fn selftest_help_documents_both_roles() {
             "`lake selftest --help` lacks {role:?}: {help}"
         );
     }
+}
+
+/// Every call needs its endpoint's token, and the client verifies TLS: no token or the other
+/// role's token is UNAUTHENTICATED; plaintext, a foreign CA or a wrong name fail to connect.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2e_authentication_required() {
+    let started = Instant::now();
+    let lake = Lake::apply().await;
+    lake.wait_ready(180);
+    let (_, query_ip) = lake.pod("query");
+    let (_, metadata_ip) = lake.pod("metadata");
+    let (ok, out, err) = lake.client(&[
+        "e2e/tests/it/auth_check.py",
+        &Lake::url(&metadata_ip, "metadata"),
+        &lake.token("metadata"),
+        &Lake::url(&query_ip, "query"),
+        &lake.token("query"),
+    ]);
+    assert!(ok, "{}", lake.diagnostics(&format!("{out}\n{err}")));
+    for check in [
+        "ok query without a token",
+        "ok a query token on metadata",
+        "ok query with its token over verified TLS",
+        "ok plaintext to the TLS endpoint",
+        "ok a CA that did not sign the certificate",
+        "ok a name the certificate does not carry",
+    ] {
+        assert!(out.contains(check), "{check} missing:\n{out}");
+    }
+    kubectl(&["delete", "namespace", &lake.namespace, "--wait=false"]);
+    eprintln!("e2e_authentication_required: {:?}", started.elapsed());
 }

@@ -8,7 +8,6 @@ directly against DynamoDB and S3. Prints one JSON line: each attempt → "allowe
 import json
 import sys
 
-import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
 import boto3
 import pyarrow as pa
@@ -16,14 +15,15 @@ from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from lake_e2e import connect
+
 QUERY, TOKEN, ENDPOINT, ROLE, WEB_TOKEN, TABLE, REGISTRY, BUCKET, PREFIX = sys.argv[1:10]
 results = {}
 
 
 def sql(name, statement):
-    header = {"adbc.flight.sql.authorization_header": f"Bearer {TOKEN}"}
     try:
-        with flightsql.connect(QUERY, autocommit=True, db_kwargs=header) as conn, conn.cursor() as cur:
+        with connect(QUERY, TOKEN) as conn, conn.cursor() as cur:
             if statement is None:
                 cur.adbc_ingest("orders", pa.table({"id": [1], "amount": [1.0]}), mode="append",
                                 db_schema_name="sales")

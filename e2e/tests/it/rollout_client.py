@@ -12,12 +12,13 @@ import subprocess
 import sys
 import time
 
-import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
+
+from lake_e2e import connect
 
 NAMESPACE, SELECTOR, TOKEN, STOP = sys.argv[1:5]
 KUBECTL = os.environ["KUBECTL"]
-HEADER = {"adbc.flight.sql.authorization_header": f"Bearer {TOKEN}"}
+SCHEME = os.environ.get("LAKE_E2E_SCHEME", "grpc+tls")
 
 
 def ready_pods():
@@ -42,7 +43,7 @@ while not os.path.exists(STOP):
     random.shuffle(pods)
     for attempt, (name, ip) in enumerate(pods):
         try:
-            with flightsql.connect(f"grpc://{ip}:8815", autocommit=True, db_kwargs=HEADER) as conn:
+            with connect(f"{SCHEME}://{ip}:8815", TOKEN) as conn:
                 with conn.cursor() as cur:
                     cur.execute("SELECT count(*) FROM sales.orders")
                     rows = cur.fetchall()

@@ -3,17 +3,15 @@ accepted, the old one refused (UNAUTHENTICATED, not echoed)."""
 
 import sys
 
-import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
+
+from lake_e2e import sql
 
 URL, NEW, OLD = sys.argv[1:4]
 
 
 def run(token):
-    header = {"adbc.flight.sql.authorization_header": f"Bearer {token}"}
-    with flightsql.connect(URL, autocommit=True, db_kwargs=header) as conn, conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM sales.orders")
-        return cur.fetchall()
+    return sql(URL, token, "SELECT count(*) FROM sales.orders")
 
 
 assert run(NEW) == [(1000,)], "the new token is not accepted"

@@ -52,6 +52,12 @@ pub enum ApplyError {
         #[source]
         source: getrandom::Error,
     },
+    /// The cluster's certificates could not be generated: retried.
+    #[error("issuing the TLS certificates: {source}")]
+    Certificate {
+        #[source]
+        source: rcgen::Error,
+    },
     #[error("Kubernetes {operation} {kind}/{name}: {source}")]
     Kube {
         operation: &'static str,
@@ -84,6 +90,7 @@ impl ApplyError {
             ApplyError::Aws { .. } => "AwsError",
             ApplyError::Unresolved { .. } => "Unresolved",
             ApplyError::Random { .. } => "NoRandomness",
+            ApplyError::Certificate { .. } => "CertificateError",
             ApplyError::Kube { .. } => "KubernetesError",
         }
     }

@@ -4,6 +4,7 @@
 pub mod error;
 pub mod iam;
 pub mod tables;
+pub mod tls;
 pub mod tokens;
 pub mod workloads;
 

@@ -69,6 +69,20 @@ pub struct LakeClusterSpec {
     /// Stop every mutation (AWS and Kubernetes); deletion is still honoured.
     #[serde(default)]
     pub paused: bool,
+    /// TLS on both Flight endpoints: `Operator` (the default) issues a serving certificate per
+    /// role from a CA of the cluster's own; `Disabled` serves plaintext and must be explicit.
+    #[serde(default)]
+    pub tls: TlsMode,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    /// A CA of the cluster's own (its certificate in the ConfigMap `<name>-ca`, its key
+    /// discarded) signs one serving certificate per role, in the Secret `<name>-tls`.
+    #[default]
+    Operator,
+    /// Plaintext gRPC: only for a network that is private by other means.
+    Disabled,
 }
 
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]

@@ -22,7 +22,18 @@ pub struct LakeClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<TokensStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<MigrationStatus>,
+}
+
+/// Where the TLS material is: the Secret with each role's certificate and key (the pods'), and
+/// the ConfigMap with the CA certificate clients verify the endpoints with (key `ca.crt`).
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsStatus {
+    pub secret: String,
+    pub ca_config_map: String,
 }
 
 /// The Secrets holding each role's bearer tokens (key `tokens`, one per line). Clients of the

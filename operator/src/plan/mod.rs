@@ -4,6 +4,7 @@
 
 pub mod iam;
 pub mod tables;
+pub mod tls;
 pub mod tokens;
 pub mod workloads;
 
@@ -23,6 +24,8 @@ pub struct LakePlan {
     pub objects: Vec<Object>,
     /// Created once (a random token), never applied again: not among `objects`.
     pub tokens: Vec<TokenSecret>,
+    /// Issued once (random keys), like the tokens; `None` with `spec.tls: Disabled`.
+    pub tls: Option<tls::TlsPlan>,
 }
 
 pub fn plan(cluster: &ValidatedCluster, inputs: &IamInputs) -> LakePlan {
@@ -31,6 +34,7 @@ pub fn plan(cluster: &ValidatedCluster, inputs: &IamInputs) -> LakePlan {
         tables: tables::tables(cluster),
         objects: workloads::objects(cluster, &policies),
         tokens: tokens::token_secrets(cluster),
+        tls: tls::tls(cluster),
         policies,
     }
 }

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvFromSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort,
-    ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    EnvFromSource, KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -180,6 +180,37 @@ fn deployment(
         read_only: Some(true),
         ..Default::default()
     });
+    if cluster.tls == crate::crd::TlsMode::Operator {
+        // Only this role's certificate and key (the Secret holds both roles').
+        let (cert, key) = super::tls::cert_key(role);
+        volumes.push(Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(super::tls::secret_name(cluster)),
+                default_mode: Some(0o440),
+                items: Some(vec![
+                    KeyToPath {
+                        key: cert,
+                        path: "tls.crt".into(),
+                        ..Default::default()
+                    },
+                    KeyToPath {
+                        key,
+                        path: "tls.key".into(),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "tls".into(),
+            mount_path: super::tls::TLS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
     if let Storage::Local { path } = cluster.authority.storage() {
         // A local lake keeps everything under one directory; in Kubernetes that is only good
         // for experiments (see docs/operator.md).

@@ -621,15 +621,23 @@ fn operator_restart_in_the_middle_of_a_reconcile_converges() {
     eprintln!("killed with these created: {partial:?}");
     let _second = start_operator(ns);
     wait_ready(ns);
-    for kind in ["deployments", "services", "configmaps"] {
+    for (kind, expected) in [
+        ("deployments", &["dev-metadata", "dev-query"][..]),
+        ("services", &["dev-metadata", "dev-query"]),
+        // The CA ConfigMap is created once, with the TLS Secret.
+        ("configmaps", &["dev-ca", "dev-metadata", "dev-query"]),
+        (
+            "secrets",
+            &["dev-metadata-token", "dev-query-token", "dev-tls"],
+        ),
+    ] {
         let names = jsonpath(kind, ns, "{.items[*].metadata.name}");
         let ours: Vec<&str> = names
             .split_whitespace()
             .filter(|n| n.starts_with("dev-"))
             .collect();
         assert_eq!(
-            ours,
-            ["dev-metadata", "dev-query"],
+            ours, expected,
             "{kind} after the restart (before: {partial:?})"
         );
     }

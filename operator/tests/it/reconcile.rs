@@ -475,9 +475,10 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
             "{role}: {text}"
         );
     }
-    // The objects: nine, owned by the cluster; query's config has no registry table.
+    // The objects: nine applied and the CA ConfigMap, owned by the cluster; query's config has
+    // no registry table.
     let versions = h.versions().await;
-    assert_eq!(versions.len(), 10, "{versions:?}");
+    assert_eq!(versions.len(), 11, "{versions:?}");
     let query_config = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
         .get(&format!("{name}-query"))
         .await
@@ -517,7 +518,7 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
     );
     assert_eq!(
         status.endpoints.unwrap().query.unwrap(),
-        format!("grpc://{name}-query.{NS}.svc:8815")
+        format!("grpc+tls://{name}-query.{NS}.svc:8815")
     );
     let tables = status.tables.unwrap();
     assert!(

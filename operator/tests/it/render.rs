@@ -50,10 +50,13 @@ fn cloud_sample_renders_separate_authorities_per_role() {
         metadata["config"]["LAKE_REGISTRY_DYNAMODB_TABLE"],
         "analytics-registry"
     );
-    assert_eq!(query["endpoint"], "grpc://analytics-query.data.svc:8815");
+    assert_eq!(
+        query["endpoint"],
+        "grpc+tls://analytics-query.data.svc:8815"
+    );
     assert_eq!(
         query["config"]["LAKE_METADATA_ENDPOINT"],
-        "grpc://analytics-metadata.data.svc:8816"
+        "grpc+tls://analytics-metadata.data.svc:8816"
     );
     assert_eq!(
         plan["cluster"]["authority"]["warehouse"],

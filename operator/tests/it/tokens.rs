@@ -118,3 +118,123 @@ async fn each_role_gets_its_own_token_secret_created_once() {
     let recreated = token(&secrets.get(&metadata_secret).await.unwrap());
     assert_ne!(recreated, tokens[1], "a new random token");
 }
+
+/// TLS is on unless disabled: one Secret with each role's certificate and key and the CA, each
+/// pod mounting only its own role's pair, `LAKE_TLS_*` pointing at them, the CA published in a
+/// ConfigMap for clients, `grpc+tls://` endpoints. `spec.tls: Disabled` has none of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_is_on_unless_disabled_with_a_certificate_per_role() {
+    let name = unique("tls");
+    create_roles(&name).await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    h.reconcile().await;
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), NS);
+    let secret = secrets.get(&format!("{name}-tls")).await.unwrap();
+    let data = secret.data.unwrap();
+    let keys: Vec<&str> = data.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "ca.crt",
+            "metadata.crt",
+            "metadata.key",
+            "query.crt",
+            "query.key"
+        ]
+    );
+    let ca = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
+        .get(&format!("{name}-ca"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ca.data.unwrap()["ca.crt"].as_bytes(),
+        data["ca.crt"].0.as_slice(),
+        "the published CA is the one that signed the certificates"
+    );
+    for role in ["query", "metadata"] {
+        let config = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
+            .get(&format!("{name}-{role}"))
+            .await
+            .unwrap()
+            .data
+            .unwrap();
+        assert_eq!(
+            config["LAKE_TLS_CERT_FILE"],
+            "/var/run/secrets/lake-tls/tls.crt"
+        );
+        assert_eq!(
+            config["LAKE_TLS_KEY_FILE"],
+            "/var/run/secrets/lake-tls/tls.key"
+        );
+        let pod = h.deployment(role).await.spec.template.spec.unwrap();
+        let volume = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "tls")
+            .expect("a tls volume");
+        let items: Vec<(String, String)> = volume
+            .secret
+            .unwrap()
+            .items
+            .unwrap()
+            .into_iter()
+            .map(|i| (i.key, i.path))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                (format!("{role}.crt"), "tls.crt".to_owned()),
+                (format!("{role}.key"), "tls.key".to_owned())
+            ],
+            "a pod mounts its own role's certificate and key only"
+        );
+    }
+    let status = h.cluster().await.status.unwrap();
+    let tls = status.tls.unwrap();
+    assert_eq!(
+        (tls.secret.as_str(), tls.ca_config_map.as_str()),
+        (
+            format!("{name}-tls").as_str(),
+            format!("{name}-ca").as_str()
+        )
+    );
+    assert!(
+        status
+            .endpoints
+            .unwrap()
+            .query
+            .unwrap()
+            .starts_with("grpc+tls://")
+    );
+
+    // Disabled: plaintext, explicitly.
+    let plain = unique("plain");
+    create_roles(&plain).await;
+    let h = harness(cluster_yaml(&plain, "  tls: Disabled\n")).await;
+    h.reconcile().await;
+    assert!(
+        secrets
+            .get_opt(&format!("{plain}-tls"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let config = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
+        .get(&format!("{plain}-query"))
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    assert!(!config.contains_key("LAKE_TLS_CERT_FILE"), "{config:?}");
+    let status = h.cluster().await.status.unwrap();
+    assert!(status.tls.is_none());
+    assert!(
+        status
+            .endpoints
+            .unwrap()
+            .query
+            .unwrap()
+            .starts_with("grpc://")
+    );
+}

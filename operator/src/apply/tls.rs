@@ -1,0 +1,152 @@
+//! TLS: the cluster's CA and one serving certificate per role, drawn once. Like the token
+//! Secrets, the Secret is created and never read (AlreadyExists says it is there); the CA's
+//! certificate goes to a ConfigMap clients read, in the same pass that created the Secret. The
+//! CA's key is never stored.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+use super::error::ApplyError;
+use crate::plan::tables::MANAGER;
+use crate::plan::tls::{CA_KEY, TlsPlan, cert_key};
+
+/// How long the certificates are valid, in years from now.
+const VALID_YEARS: i32 = 2;
+
+fn validity(params: &mut CertificateParams) {
+    let year = k8s_openapi::jiff::Zoned::now().year() as i32;
+    params.not_before = rcgen::date_time_ymd(year - 1, 1, 1);
+    params.not_after = rcgen::date_time_ymd(year + VALID_YEARS, 1, 1);
+}
+
+/// The CA certificate (PEM) and the Secret's data: every role's certificate and key, and the CA.
+fn issue(
+    plan: &TlsPlan,
+    cluster: &str,
+) -> Result<(String, BTreeMap<String, ByteString>), rcgen::Error> {
+    let mut ca = CertificateParams::new(Vec::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("lake {cluster} CA"));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut ca);
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let mut data = BTreeMap::new();
+    for (role, names) in &plan.roles {
+        let mut leaf = CertificateParams::new(names.clone())?;
+        leaf.distinguished_name
+            .push(DnType::CommonName, names[0].clone());
+        leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        leaf.use_authority_key_identifier_extension = true;
+        validity(&mut leaf);
+        let key = KeyPair::generate()?;
+        let cert = leaf.signed_by(&key, &issuer)?;
+        let (cert_name, key_name) = cert_key(*role);
+        data.insert(cert_name, ByteString(cert.pem().into_bytes()));
+        data.insert(key_name, ByteString(key.serialize_pem().into_bytes()));
+    }
+    let ca_pem = ca_cert.pem();
+    data.insert(CA_KEY.to_owned(), ByteString(ca_pem.clone().into_bytes()));
+    Ok((ca_pem, data))
+}
+
+/// Issues the certificates of `cluster` unless the Secret exists; returns whether it created it.
+pub async fn ensure(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    plan: &TlsPlan,
+) -> Result<bool, ApplyError> {
+    let secret_name = plan.secret.name.clone().unwrap_or_default();
+    let (ca_pem, data) = issue(plan, &format!("{namespace}/{cluster}"))
+        .map_err(|source| ApplyError::Certificate { source })?;
+    let secret = Secret {
+        metadata: plan.secret.clone(),
+        type_: Some("Opaque".into()),
+        data: Some(data),
+        ..Default::default()
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.is_already_exists() => return Ok(false),
+        Err(source) => {
+            return Err(ApplyError::Kube {
+                operation: "create",
+                kind: "Secret".into(),
+                name: secret_name,
+                source: Box::new(source),
+            });
+        }
+    }
+    // The CA of the certificates just stored, for clients (the Secret holds keys: not theirs).
+    let ca = ConfigMap {
+        metadata: plan.ca_config_map.clone(),
+        data: Some(BTreeMap::from([(CA_KEY.to_owned(), ca_pem)])),
+        ..Default::default()
+    };
+    let name = plan.ca_config_map.name.clone().unwrap_or_default();
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&ca),
+        )
+        .await
+        .map_err(|source| ApplyError::Kube {
+            operation: "apply",
+            kind: "ConfigMap".into(),
+            name,
+            source: Box::new(source),
+        })?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lake_common::plan::Role;
+
+    #[test]
+    fn each_role_gets_a_certificate_for_its_names_and_the_ca_signs_both() {
+        let plan = TlsPlan {
+            secret: Default::default(),
+            ca_config_map: Default::default(),
+            roles: vec![
+                (Role::Query, vec!["dev-query.ns.svc".into()]),
+                (Role::Metadata, vec!["dev-metadata.ns.svc".into()]),
+            ],
+        };
+        let (ca, data) = issue(&plan, "ns/dev").unwrap();
+        assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
+        let keys: Vec<&str> = data.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "ca.crt",
+                "metadata.crt",
+                "metadata.key",
+                "query.crt",
+                "query.key"
+            ]
+        );
+        assert!(
+            String::from_utf8_lossy(&data["query.key"].0).contains("PRIVATE KEY"),
+            "a PEM key"
+        );
+        // Two issues draw two CAs: nothing is derived from anything stored.
+        let (other, _) = issue(&plan, "ns/dev").unwrap();
+        assert_ne!(ca, other);
+    }
+}

@@ -1,0 +1,71 @@
+//! TLS on both Flight endpoints (unless `spec.tls: Disabled`): a CA of the cluster's own signs
+//! one serving certificate per role. The certificates and keys are random, so the plan holds
+//! only names, mounts and the names each certificate must carry; reconcile draws them once
+//! (`apply::tls`). The CA's key is discarded once both certificates are signed, so nobody —
+//! not even the operator — can sign another certificate this cluster's clients would trust.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use lake_common::plan::Role;
+
+use super::workloads::meta_named;
+use crate::crd::TlsMode;
+use crate::render::workload_name;
+use crate::validate::ValidatedCluster;
+
+/// Where a role's pods see their certificate and key.
+pub const TLS_DIR: &str = "/var/run/secrets/lake-tls";
+/// The CA certificate's key in the Secret and in the public ConfigMap.
+pub const CA_KEY: &str = "ca.crt";
+
+/// The Secret's keys for `role`'s certificate and key.
+pub fn cert_key(role: Role) -> (String, String) {
+    (format!("{role}.crt"), format!("{role}.key"))
+}
+
+/// The files the runtime reads (`LAKE_TLS_CERT_FILE`, `LAKE_TLS_KEY_FILE`).
+pub fn files() -> (String, String) {
+    (format!("{TLS_DIR}/tls.crt"), format!("{TLS_DIR}/tls.key"))
+}
+
+/// The Secret holding every role's certificate and key, and the CA certificate.
+pub fn secret_name(cluster: &ValidatedCluster) -> String {
+    format!("{}-tls", cluster.name)
+}
+
+/// The ConfigMap publishing the CA certificate to clients.
+pub fn ca_config_map_name(cluster: &ValidatedCluster) -> String {
+    format!("{}-ca", cluster.name)
+}
+
+/// The DNS names `role`'s Service answers to: what its certificate carries.
+pub fn dns_names(cluster: &ValidatedCluster, role: Role) -> Vec<String> {
+    let service = workload_name(cluster, role);
+    let ns = &cluster.namespace;
+    vec![
+        service.clone(),
+        format!("{service}.{ns}"),
+        format!("{service}.{ns}.svc"),
+        format!("{service}.{ns}.svc.cluster.local"),
+    ]
+}
+
+/// What reconcile needs to issue the certificates.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TlsPlan {
+    pub secret: ObjectMeta,
+    pub ca_config_map: ObjectMeta,
+    /// Each role and the names its certificate carries.
+    pub roles: Vec<(Role, Vec<String>)>,
+}
+
+pub fn tls(cluster: &ValidatedCluster) -> Option<TlsPlan> {
+    (cluster.tls == TlsMode::Operator).then(|| TlsPlan {
+        // Both serve both roles; `meta_named` wants one for the component label.
+        secret: meta_named(cluster, Role::Metadata, secret_name(cluster)),
+        ca_config_map: meta_named(cluster, Role::Query, ca_config_map_name(cluster)),
+        roles: [Role::Query, Role::Metadata]
+            .into_iter()
+            .map(|role| (role, dns_names(cluster, role)))
+            .collect(),
+    })
+}

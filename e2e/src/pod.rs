@@ -106,10 +106,13 @@ fn project(
     items
         .iter()
         .map(|item| {
-            let value = data.get(&item.key).cloned().ok_or_else(|| LaunchError::Missing {
-                kind: "key",
-                name: format!("{} (volume {volume})", item.key),
-            })?;
+            let value = data
+                .get(&item.key)
+                .cloned()
+                .ok_or_else(|| LaunchError::Missing {
+                    kind: "key",
+                    name: format!("{} (volume {volume})", item.key),
+                })?;
             let mode = item.mode.map_or(mode, |m| m as u32);
             Ok((item.path.clone(), value, mode))
         })

@@ -10,6 +10,16 @@ use serde::Serialize;
 
 use crate::crd::{Approval, DeletionPolicy, LakeCluster, ServiceType, TlsMode};
 
+/// A Kubernetes namespace name (an RFC 1123 label).
+fn is_dns_label(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
 /// The spec, checked and with every default filled in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -51,6 +61,9 @@ pub struct MetadataWorkload {
     pub image: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Namespaces whose pods may reach metadata, besides the query pods.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub client_namespaces: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -129,6 +142,15 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             .ok()
     });
 
+    for (i, namespace) in spec.metadata.client_namespaces.iter().enumerate() {
+        if !is_dns_label(namespace) {
+            errors.push(PlanError::InvalidField {
+                field: format!("spec.metadata.clientNamespaces[{i}]"),
+                value: namespace.clone(),
+                reason: "must be a namespace name: 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit".into(),
+            });
+        }
+    }
     if spec.query.replicas < 1 {
         errors.push(PlanError::InvalidField {
             field: "spec.query.replicas".into(),
@@ -216,6 +238,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             metadata: MetadataWorkload {
                 image: spec.metadata.image.clone(),
                 resources: spec.metadata.resources.clone(),
+                client_namespaces: spec.metadata.client_namespaces.clone(),
             },
             iam: spec.iam.as_ref().map(|iam| IamRoles {
                 query_role: iam.query_role.clone(),

@@ -98,6 +98,7 @@ pub async fn ensure(
             Object::Deployment(o) => ensure_one(client, namespace, o).await?,
             Object::Service(o) => ensure_one(client, namespace, o).await?,
             Object::PodDisruptionBudget(o) => ensure_one(client, namespace, o).await?,
+            Object::NetworkPolicy(o) => ensure_one(client, namespace, o).await?,
         };
         if changed {
             written.push(format!("{}/{}", object.kind(), object.name()));

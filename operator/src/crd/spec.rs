@@ -190,6 +190,14 @@ pub struct MetadataSpec {
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Namespaces whose pods may connect to the metadata endpoint (the writers). The cluster's
+    /// query pods always may; nothing else can (a NetworkPolicy).
+    #[serde(
+        rename = "clientNamespaces",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub client_namespaces: Vec<String>,
 }
 
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]

@@ -10,9 +10,15 @@ use k8s_openapi::api::core::v1::{
     ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
     ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use lake_common::config::default_port;
 use lake_common::plan::{Role, Storage};
@@ -41,6 +47,7 @@ pub enum Object {
     Deployment(Deployment),
     Service(Service),
     PodDisruptionBudget(PodDisruptionBudget),
+    NetworkPolicy(NetworkPolicy),
 }
 
 impl Object {
@@ -51,6 +58,7 @@ impl Object {
             Object::Deployment(_) => "Deployment",
             Object::Service(_) => "Service",
             Object::PodDisruptionBudget(_) => "PodDisruptionBudget",
+            Object::NetworkPolicy(_) => "NetworkPolicy",
         }
     }
 
@@ -61,6 +69,7 @@ impl Object {
             Object::Deployment(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
             Object::PodDisruptionBudget(o) => &o.metadata,
+            Object::NetworkPolicy(o) => &o.metadata,
         }
     }
 
@@ -337,6 +346,50 @@ fn service(cluster: &ValidatedCluster, role: Role) -> Service {
 
 /// Every object of the cluster, in apply order (config and identity before the pods that use
 /// them).
+/// Who may connect to metadata (the writer): this cluster's query pods and the pods of the
+/// namespaces `spec.metadata.clientNamespaces` names; nothing else, on any port.
+fn metadata_ingress(cluster: &ValidatedCluster) -> NetworkPolicy {
+    let mut from = vec![NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(selector(cluster, Role::Query)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    if !cluster.metadata.client_namespaces.is_empty() {
+        from.push(NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "kubernetes.io/metadata.name".into(),
+                    operator: "In".into(),
+                    values: Some(cluster.metadata.client_namespaces.clone()),
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    NetworkPolicy {
+        metadata: meta(cluster, Role::Metadata),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(selector(cluster, Role::Metadata)),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(from),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(IntOrString::Int(i32::from(default_port(Role::Metadata)))),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
 pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Object> {
     let mut objects = Vec::new();
     for role in [Role::Query, Role::Metadata] {
@@ -386,5 +439,6 @@ pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Objec
         }),
         ..Default::default()
     }));
+    objects.push(Object::NetworkPolicy(metadata_ingress(cluster)));
     objects
 }

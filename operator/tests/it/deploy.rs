@@ -92,6 +92,7 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
             "Service" => ("", "services"),
             "Deployment" => ("apps", "deployments"),
             "PodDisruptionBudget" => ("policy", "poddisruptionbudgets"),
+            "NetworkPolicy" => ("networking.k8s.io", "networkpolicies"),
             other => panic!("no RBAC mapping for {other}"),
         };
         needed

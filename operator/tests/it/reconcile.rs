@@ -278,6 +278,10 @@ impl Harness {
         collect!(Deployment, "Deployment");
         collect!(Service, "Service");
         collect!(PodDisruptionBudget, "PodDisruptionBudget");
+        collect!(
+            k8s_openapi::api::networking::v1::NetworkPolicy,
+            "NetworkPolicy"
+        );
         versions
     }
 
@@ -475,10 +479,10 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
             "{role}: {text}"
         );
     }
-    // The objects: nine applied and the CA ConfigMap, owned by the cluster; query's config has
+    // The objects: ten applied and the CA ConfigMap, owned by the cluster; query's config has
     // no registry table.
     let versions = h.versions().await;
-    assert_eq!(versions.len(), 11, "{versions:?}");
+    assert_eq!(versions.len(), 12, "{versions:?}");
     let query_config = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
         .get(&format!("{name}-query"))
         .await
@@ -614,7 +618,7 @@ async fn bad_specs_never_reach_aws() {
     // Specs the CRD's schema and CEL rules let through but the operator refuses (what the API
     // server itself refuses is `apiserver::crd_rules_are_enforced_by_the_api_server`).
     type Edit = fn(&mut LakeCluster);
-    let cases: [(&str, Edit, &str); 5] = [
+    let cases: [(&str, Edit, &str); 6] = [
         (
             "a bucket name S3 refuses",
             |c| c.spec.storage.s3.as_mut().unwrap().bucket = "Bad_Bucket".into(),
@@ -634,6 +638,11 @@ async fn bad_specs_never_reach_aws() {
             "a malformed role ARN",
             |c| c.spec.iam.as_mut().unwrap().query_role = "arn:aws:iam::12:role/x".into(),
             "spec.iam.queryRole",
+        ),
+        (
+            "a client namespace that is no namespace name",
+            |c| c.spec.metadata.client_namespaces = vec!["writers".into(), "Bad_NS".into()],
+            "spec.metadata.clientNamespaces[1]",
         ),
         (
             "DynamoDB tables on local storage",
@@ -944,5 +953,49 @@ async fn matching_tables_are_adopted_and_another_clusters_are_not() {
     assert!(
         touched.is_empty(),
         "another cluster's table was modified: {touched:?}"
+    );
+}
+
+/// Metadata (the writer) admits connections only from the cluster's query pods and the pods of
+/// the namespaces `spec.metadata.clientNamespaces` names, on its Flight port.
+#[tokio::test(flavor = "multi_thread")]
+async fn metadata_admits_only_query_pods_and_named_namespaces() {
+    let name = unique("np");
+    create_roles(&name).await;
+    let mut cluster = cluster_yaml(&name, "");
+    cluster.spec.metadata.client_namespaces = vec!["writers".into()];
+    let h = harness(cluster).await;
+    h.reconcile().await;
+    let policy =
+        Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(h.client.clone(), NS)
+            .get(&format!("{name}-metadata"))
+            .await
+            .unwrap();
+    let spec = serde_json::to_value(policy.spec.unwrap()).unwrap();
+    assert_eq!(
+        spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "metadata"
+    );
+    assert_eq!(spec["policyTypes"], json!(["Ingress"]));
+    let rules = spec["ingress"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "{spec}");
+    assert_eq!(
+        rules[0]["ports"],
+        json!([{"port": 8816, "protocol": "TCP"}])
+    );
+    let from = rules[0]["from"].as_array().unwrap();
+    assert_eq!(from.len(), 2, "{spec}");
+    assert_eq!(
+        from[0]["podSelector"]["matchLabels"],
+        json!({"app.kubernetes.io/component": "query", "app.kubernetes.io/instance": name,
+               "app.kubernetes.io/name": "lake"})
+    );
+    assert!(
+        from[0].get("namespaceSelector").is_none(),
+        "query pods of this namespace only"
+    );
+    assert_eq!(
+        from[1]["namespaceSelector"]["matchExpressions"],
+        json!([{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["writers"]}])
     );
 }

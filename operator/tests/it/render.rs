@@ -160,10 +160,11 @@ fn rendered_objects_pass_kubernetes_validate_strict() {
             "{sample}: kubernetes-validate --strict failed:\n{report}{}",
             text(&check.stderr)
         );
-        // ConfigMap, ServiceAccount, Deployment, Service per role, and query's PDB.
+        // ConfigMap, ServiceAccount, Deployment, Service per role, query's PDB and metadata's
+        // NetworkPolicy.
         assert_eq!(
             report.matches(" passed for resource ").count(),
-            9,
+            10,
             "{report}"
         );
         for kind in [
@@ -172,6 +173,7 @@ fn rendered_objects_pass_kubernetes_validate_strict() {
             "deployment",
             "service",
             "poddisruptionbudget",
+            "networkpolicy",
         ] {
             assert!(
                 report.contains(&format!("passed for resource {kind}/")),

@@ -73,6 +73,10 @@ enum Command {
         /// Check the spec against an operator allowlist too, as `run --allowlist` would.
         #[arg(long)]
         allowlist: Option<PathBuf>,
+        /// The cluster id the tables' markers carry (the uid of the LakeCluster that created
+        /// them): `-o manifests` needs it, since pods refuse tables marked for another cluster.
+        #[arg(long)]
+        cluster_id: Option<String>,
     },
 }
 
@@ -128,12 +132,19 @@ fn main() -> ExitCode {
             output,
             oidc_provider,
             allowlist,
+            cluster_id,
         } => {
             let allowlist = match allowlist.as_deref().map(Allowlist::load).transpose() {
                 Ok(allowlist) => allowlist,
                 Err(e) => return fail(&e.to_string()),
             };
-            render_file(&file, output, oidc_provider, allowlist.as_ref())
+            let render = Render {
+                output,
+                oidc_provider,
+                allowlist: allowlist.as_ref(),
+                cluster_id,
+            };
+            render_file(&file, render)
         }
     }
 }
@@ -194,12 +205,40 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn render_file(
-    file: &PathBuf,
+/// How to render.
+struct Render<'a> {
     output: Format,
     oidc_provider: Option<String>,
-    allowlist: Option<&Allowlist>,
-) -> ExitCode {
+    allowlist: Option<&'a Allowlist>,
+    cluster_id: Option<String>,
+}
+
+/// A cluster id as the markers and `LAKE_CLUSTER_ID` carry it (a Kubernetes uid).
+fn check_cluster_id(id: &str) -> Result<(), String> {
+    let ok =
+        (1..=128).contains(&id.len()) && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "--cluster-id {id:?}: must be 1-128 characters of letters, digits and '-' (the \
+             uid in the tables' markers, e.g. from `kubectl get lake NAME -o jsonpath='{{.metadata.uid}}'`)"
+        ))
+    }
+}
+
+fn render_file(file: &PathBuf, render: Render<'_>) -> ExitCode {
+    let Render {
+        output,
+        oidc_provider,
+        allowlist,
+        cluster_id,
+    } = render;
+    if let Some(id) = &cluster_id
+        && let Err(e) = check_cluster_id(id)
+    {
+        return fail(&e);
+    }
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(e) => return fail(&format!("cannot read {}: {e}", file.display())),
@@ -228,7 +267,7 @@ fn render_file(
         Ok(cluster) => cluster,
         Err(e) => return fail(&format!("{}: {e}", file.display())),
     };
-    let validated = match validate::validate(&cluster) {
+    let mut validated = match validate::validate(&cluster) {
         Ok(validated) => validated,
         Err(errors) => {
             eprintln!("error: {} is not a valid LakeCluster:", file.display());
@@ -246,6 +285,9 @@ fn render_file(
             eprintln!("  - {error}");
         }
         return ExitCode::FAILURE;
+    }
+    if cluster_id.is_some() {
+        validated.uid = cluster_id;
     }
     let inputs = IamInputs {
         oidc_provider,
@@ -271,7 +313,31 @@ fn render_file(
                     .chain(plan.objects.iter().map(serde_yaml::to_string)),
             )
         }
-        Format::Manifests => yaml_docs(&mut plan.objects.iter().map(serde_yaml::to_string)),
+        Format::Manifests => {
+            // Objects to apply by hand: nothing may stand in for what only reconcile learns,
+            // and nothing owns them (no LakeCluster exists to own them).
+            if validated.uid.is_none() {
+                return fail(
+                    "-o manifests needs --cluster-id: the pods refuse tables whose markers name \
+                     another cluster (give the uid of the LakeCluster that created the tables)",
+                );
+            }
+            let objects: Vec<lake_operator::plan::Object> = plan
+                .objects
+                .iter()
+                .cloned()
+                .map(|mut object| {
+                    object.metadata_mut().owner_references = None;
+                    object
+                })
+                .collect();
+            if let Err(e) = lake_operator::apply::workloads::check_resolved(&objects) {
+                return fail(&format!(
+                    "{e}: give the roles as ARNs (spec.iam.queryRole, spec.iam.metadataRole) to render manifests offline"
+                ));
+            }
+            yaml_docs(&mut objects.iter().map(serde_yaml::to_string))
+        }
         Format::Json => serde_json::to_string_pretty(&plan)
             .map(|s| s + "\n")
             .map_err(|e| e.to_string()),

@@ -940,3 +940,109 @@ async fn e2e_authentication_required() {
     kubectl(&["delete", "namespace", &lake.namespace, "--wait=false"]);
     eprintln!("e2e_authentication_required: {:?}", started.elapsed());
 }
+
+/// `lake-operator render -o manifests` output applies and starts: a lake deleted with `Retain`
+/// keeps its tables; rendered offline with its cluster id (and `tls: Disabled`, roles as ARNs),
+/// with the token Secrets created by hand as docs/operator.md says, the manifests bring the
+/// same data back — no LakeCluster, no operator.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2e_offline_manifests_start_on_retained_tables() {
+    let started = Instant::now();
+    let lake = Lake::apply().await;
+    lake.wait_ready(180);
+    lake.load_orders();
+    let (ns, name) = (lake.namespace.clone(), lake.name.clone());
+    let uid = kubectl(&[
+        "get",
+        "lake",
+        &name,
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let (_, query_ip) = lake.pod("query");
+    kubectl(&["delete", "lakecluster", &name, "-n", &ns, "--timeout=120s"]);
+    eventually("the deleted lake still answers", 90, || {
+        !port_open(&query_ip, 8815)
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let offline = dir.path().join("offline.yaml");
+    std::fs::write(
+        &offline,
+        format!(
+            r#"apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  storage: {{s3: {{bucket: {name}-bucket, prefix: warehouse, region: {region}, endpoint: "{endpoint}"}}}}
+  iam:
+    queryRole: arn:aws:iam::123456789012:role/{name}-query-role
+    metadataRole: arn:aws:iam::123456789012:role/{name}-metadata-role
+  query: {{replicas: 1, image: "ghcr.io/acme/lake:1"}}
+  metadata: {{image: "ghcr.io/acme/lake:1"}}
+  tls: Disabled
+"#,
+            region = Moto::REGION,
+            endpoint = moto().endpoint(),
+        ),
+    )
+    .unwrap();
+    let out = Command::new(binary("lake-operator"))
+        .args(["render", "-f"])
+        .arg(&offline)
+        .args(["-o", "manifests", "--cluster-id", &uid])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let manifests = String::from_utf8_lossy(&out.stdout).into_owned();
+    for role in ["query", "metadata"] {
+        sh(&format!(
+            "kubectl create secret generic {name}-{role}-token -n {ns} \
+               --from-literal=tokens=\"$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')\""
+        ));
+    }
+    let out = control_plane().run(&["apply", "-f", "-"], Some(&manifests));
+    assert!(out.status.success(), "{}", output_text(&out));
+    for role in ["query", "metadata"] {
+        let out = control_plane().run(
+            &[
+                "rollout",
+                "status",
+                &format!("deployment/{name}-{role}"),
+                "-n",
+                &ns,
+                "--timeout=120s",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            lake.diagnostics(&output_text(&out))
+        );
+    }
+    let (_, query_ip) = lake.pod("query");
+    let token = |role: &str| {
+        sh(&format!(
+            "kubectl get secret {name}-{role}-token -n {ns} -o jsonpath='{{.data.tokens}}' | base64 -d"
+        ))
+    };
+    // The retained rows are back; the metadata token is still no query token.
+    let (ok, out, err) = lake.client(&[
+        "e2e/tests/it/token_check.py",
+        &format!("grpc://{query_ip}:8815"),
+        &token("query"),
+        &token("metadata"),
+    ]);
+    assert!(ok, "{}", lake.diagnostics(&format!("{out}\n{err}")));
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+    eventually("the offline lake's port is still open", 60, || {
+        !port_open(&query_ip, 8815)
+    });
+    eprintln!(
+        "e2e_offline_manifests_start_on_retained_tables: {:?}",
+        started.elapsed()
+    );
+}

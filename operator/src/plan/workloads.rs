@@ -73,6 +73,17 @@ impl Object {
         }
     }
 
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Object::ConfigMap(o) => &mut o.metadata,
+            Object::ServiceAccount(o) => &mut o.metadata,
+            Object::Deployment(o) => &mut o.metadata,
+            Object::Service(o) => &mut o.metadata,
+            Object::PodDisruptionBudget(o) => &mut o.metadata,
+            Object::NetworkPolicy(o) => &mut o.metadata,
+        }
+    }
+
     pub fn name(&self) -> &str {
         self.metadata().name.as_deref().unwrap_or_default()
     }

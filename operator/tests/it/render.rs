@@ -138,14 +138,91 @@ fn crd_subcommand_prints_the_checked_in_crd() {
 
 const SAMPLES: [&str; 2] = ["lakecluster-cloud", "lakecluster-local"];
 
+/// A sample with its roles given as ARNs (what `-o manifests` needs), in `dir`.
+fn with_role_arns(sample: &str, dir: &std::path::Path) -> String {
+    let text =
+        std::fs::read_to_string(workspace_root().join(format!("config/samples/{sample}.yaml")))
+            .unwrap()
+            .replace(
+                "queryRole: lake-query",
+                "queryRole: arn:aws:iam::123456789012:role/lake-query",
+            )
+            .replace(
+                "metadataRole: lake-metadata",
+                "metadataRole: arn:aws:iam::123456789012:role/lake-metadata",
+            );
+    let path = dir.join(format!("{sample}-arns.yaml"));
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// `-o manifests` prints only what can be applied and start: it needs the cluster id the
+/// tables' markers carry, refuses placeholders for what only reconcile can look up, and leaves
+/// out owner references (no LakeCluster owns objects applied by hand).
+#[test]
+fn manifests_need_a_cluster_id_and_no_placeholder() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample = "config/samples/lakecluster-cloud.yaml";
+    let out = render(sample, &["-o", "manifests"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--cluster-id"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = render(sample, &["-o", "manifests", "--cluster-id", "not a uid!"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--cluster-id \"not a uid!\""),
+        "{}",
+        text(&out.stderr)
+    );
+    // Role names: their account is only known to reconcile (GetRole).
+    let out = render(
+        sample,
+        &[
+            "-o",
+            "manifests",
+            "--cluster-id",
+            "0f4c2d1e-aaaa-bbbb-cccc-123456789012",
+        ],
+    );
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("placeholder") && said.contains("ARNs"),
+        "{said}"
+    );
+
+    let file = with_role_arns("lakecluster-cloud", dir.path());
+    let out = render(
+        &file,
+        &[
+            "-o",
+            "manifests",
+            "--cluster-id",
+            "0f4c2d1e-aaaa-bbbb-cccc-123456789012",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let manifests = text(&out.stdout);
+    assert!(
+        manifests.contains("LAKE_CLUSTER_ID: 0f4c2d1e-aaaa-bbbb-cccc-123456789012"),
+        "{manifests}"
+    );
+    assert!(!manifests.contains("ownerReferences"), "{manifests}");
+    assert!(
+        !manifests.contains('<'),
+        "a placeholder was printed: {manifests}"
+    );
+}
+
 #[test]
 fn rendered_objects_pass_kubernetes_validate_strict() {
     let dir = tempfile::tempdir().unwrap();
     for sample in SAMPLES {
-        let out = render(
-            &format!("config/samples/{sample}.yaml"),
-            &["-o", "manifests"],
-        );
+        let file = with_role_arns(sample, dir.path());
+        let out = render(&file, &["-o", "manifests", "--cluster-id", "4d3c2b1a"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let file = dir.path().join(format!("{sample}.yaml"));
         std::fs::write(&file, &out.stdout).unwrap();

@@ -57,16 +57,18 @@ ActionAuthenticatorMixin._authenticate_and_authorize_action = _authorize_except_
 
 # moto authorises DynamoDB requests against the resource "*", so with enforcement on a policy
 # scoped to table ARNs (lake's least-privilege policies) allows nothing at all. AWS authorises
-# against the table's ARN: give moto the table a request names (the first, for batches).
+# against the table's ARN: give moto the table a request names. A batch naming several tables
+# gets "*", which a table-scoped policy does not allow (moto checks one resource per request).
 from moto.dynamodb.responses import DynamoHandler  # noqa: E402
 
 
 def _dynamodb_resource(self):
     body = self.body if isinstance(self.body, dict) else {}
-    table = body.get("TableName") or next(iter(body.get("RequestItems") or {}), None)
+    batch = list(body.get("RequestItems") or {})
+    table = body.get("TableName") or (batch[0] if len(batch) == 1 else None)
     if table:
         return f"arn:aws:dynamodb:{self.region}:{self.current_account}:table/{table}"
-    return body.get("ResourceArn") or "*"
+    return "*" if batch else body.get("ResourceArn") or "*"
 
 
 DynamoHandler._determine_resource = _dynamodb_resource

@@ -289,6 +289,12 @@ fn render_file(file: &PathBuf, render: Render<'_>) -> ExitCode {
     if cluster_id.is_some() {
         validated.uid = cluster_id;
     }
+    // A uid from the file (an exported object) is checked like the flag.
+    if let Some(uid) = &validated.uid
+        && let Err(e) = check_cluster_id(uid)
+    {
+        return fail(&e);
+    }
     let inputs = IamInputs {
         oidc_provider,
         ..Default::default()

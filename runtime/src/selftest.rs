@@ -76,11 +76,21 @@ async fn probe_write(client: &aws_sdk_dynamodb::Client, table: &str, key: KeySha
         }
         Err(e) => match e.code() {
             Some("ConditionalCheckFailedException") => Probe::Permitted,
-            Some("AccessDeniedException" | "UnrecognizedClientException") => {
+            // Only an authorisation refusal: broken or expired credentials
+            // (UnrecognizedClientException, ExpiredTokenException) prove nothing about the policy.
+            Some("AccessDeniedException") => {
                 Probe::Refused(e.message().unwrap_or_default().to_owned())
             }
-            _ if e.raw_response().is_some_and(|r| r.status().as_u16() == 403) => {
-                Probe::Refused(e.message().unwrap_or_default().to_owned())
+            // The same refusal as some emulators send it: a 403 whose (XML) body says
+            // AccessDenied, which the JSON protocol cannot parse.
+            None if e.raw_response().is_some_and(|r| {
+                r.status().as_u16() == 403
+                    && r.body().bytes().is_some_and(|b| {
+                        String::from_utf8_lossy(b).contains("<Code>AccessDenied</Code>")
+                    })
+            }) =>
+            {
+                Probe::Refused("AccessDenied (HTTP 403)".to_owned())
             }
             _ => Probe::Failed(aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string()),
         },

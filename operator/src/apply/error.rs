@@ -52,6 +52,13 @@ pub enum ApplyError {
         #[source]
         source: getrandom::Error,
     },
+    /// The TLS Secret exists but its CA is not published (a ConfigMap of another owner holds the
+    /// name, or it was deleted): clients could not verify the endpoints. Terminal until the
+    /// Secret is deleted (the next pass issues everything anew).
+    #[error(
+        "the CA of Secret {secret:?} is not published in ConfigMap {config_map:?} (missing, or not this cluster's): delete Secret {secret:?} (and a foreign {config_map:?}) so the next pass issues new certificates"
+    )]
+    CaNotPublished { config_map: String, secret: String },
     /// The cluster's certificates could not be generated: retried.
     #[error("issuing the TLS certificates: {source}")]
     Certificate {
@@ -76,6 +83,7 @@ impl ApplyError {
             ApplyError::KeySchemaMismatch { .. }
                 | ApplyError::MarkerConflict { .. }
                 | ApplyError::AdoptionRefused { .. }
+                | ApplyError::CaNotPublished { .. }
         )
     }
 
@@ -91,6 +99,7 @@ impl ApplyError {
             ApplyError::Unresolved { .. } => "Unresolved",
             ApplyError::Random { .. } => "NoRandomness",
             ApplyError::Certificate { .. } => "CertificateError",
+            ApplyError::CaNotPublished { .. } => "CaNotPublished",
             ApplyError::Kube { .. } => "KubernetesError",
         }
     }

@@ -18,13 +18,15 @@ use super::error::ApplyError;
 use crate::plan::tables::MANAGER;
 use crate::plan::tls::{CA_KEY, TlsPlan, cert_key};
 
-/// How long the certificates are valid, in years from now.
-const VALID_YEARS: i32 = 2;
+/// How long the certificates are valid from their issue (two years), and how far before it
+/// they already are (clock skew between the operator and the clients).
+const VALID_FOR: time::Duration = time::Duration::days(730);
+const SKEW: time::Duration = time::Duration::hours(1);
 
 fn validity(params: &mut CertificateParams) {
-    let year = k8s_openapi::jiff::Zoned::now().year() as i32;
-    params.not_before = rcgen::date_time_ymd(year - 1, 1, 1);
-    params.not_after = rcgen::date_time_ymd(year + VALID_YEARS, 1, 1);
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - SKEW;
+    params.not_after = now + VALID_FOR;
 }
 
 /// The CA certificate (PEM) and the Secret's data: every role's certificate and key, and the CA.
@@ -78,38 +80,79 @@ pub async fn ensure(
         ..Default::default()
     };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let ca_name = plan.ca_config_map.name.clone().unwrap_or_default();
+    let kube = |operation, kind: &str, name: &str| {
+        let (kind, name) = (kind.to_owned(), name.to_owned());
+        move |source| ApplyError::Kube {
+            operation,
+            kind,
+            name,
+            source: Box::new(source),
+        }
+    };
+    let ours = |cm: &ConfigMap| {
+        let uid = plan
+            .ca_config_map
+            .owner_references
+            .iter()
+            .flatten()
+            .next()
+            .map(|o| &o.uid);
+        cm.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| Some(&o.uid) == uid)
+    };
     match secrets.create(&PostParams::default(), &secret).await {
         Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.is_already_exists() => return Ok(false),
-        Err(source) => {
-            return Err(ApplyError::Kube {
-                operation: "create",
-                kind: "Secret".into(),
-                name: secret_name,
-                source: Box::new(source),
-            });
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {
+            // Issued before. Its CA went out with it, unless that write never happened (a crash
+            // between the two) or the ConfigMap was deleted since: the CA is not recoverable
+            // (its certificate is in the Secret, which the operator cannot read).
+            let published =
+                config_maps
+                    .get_opt(&ca_name)
+                    .await
+                    .map_err(kube("get", "ConfigMap", &ca_name))?;
+            return match published {
+                Some(cm) if ours(&cm) => Ok(false),
+                _ => Err(ApplyError::CaNotPublished {
+                    config_map: ca_name,
+                    secret: secret_name,
+                }),
+            };
         }
+        Err(source) => return Err(kube("create", "Secret", &secret_name)(source)),
     }
     // The CA of the certificates just stored, for clients (the Secret holds keys: not theirs).
+    // A ConfigMap of that name that is not this cluster's is left alone.
+    if let Some(existing) =
+        config_maps
+            .get_opt(&ca_name)
+            .await
+            .map_err(kube("get", "ConfigMap", &ca_name))?
+        && !ours(&existing)
+    {
+        return Err(ApplyError::CaNotPublished {
+            config_map: ca_name,
+            secret: secret_name,
+        });
+    }
     let ca = ConfigMap {
         metadata: plan.ca_config_map.clone(),
         data: Some(BTreeMap::from([(CA_KEY.to_owned(), ca_pem)])),
         ..Default::default()
     };
-    let name = plan.ca_config_map.name.clone().unwrap_or_default();
-    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+    config_maps
         .patch(
-            &name,
+            &ca_name,
             &PatchParams::apply(MANAGER).force(),
             &Patch::Apply(&ca),
         )
         .await
-        .map_err(|source| ApplyError::Kube {
-            operation: "apply",
-            kind: "ConfigMap".into(),
-            name,
-            source: Box::new(source),
-        })?;
+        .map_err(kube("apply", "ConfigMap", &ca_name))?;
     Ok(true)
 }
 

@@ -27,14 +27,15 @@ pub fn files() -> (String, String) {
     (format!("{TLS_DIR}/tls.crt"), format!("{TLS_DIR}/tls.key"))
 }
 
-/// The Secret holding every role's certificate and key, and the CA certificate.
+/// The Secret holding every role's certificate and key, and the CA certificate. Not
+/// `<name>-tls`: that is what cert-manager users commonly name their own Secrets.
 pub fn secret_name(cluster: &ValidatedCluster) -> String {
-    format!("{}-tls", cluster.name)
+    format!("{}-lake-tls", cluster.name)
 }
 
 /// The ConfigMap publishing the CA certificate to clients.
 pub fn ca_config_map_name(cluster: &ValidatedCluster) -> String {
-    format!("{}-ca", cluster.name)
+    format!("{}-lake-ca", cluster.name)
 }
 
 /// The DNS names `role`'s Service answers to: what its certificate carries.

@@ -625,10 +625,10 @@ fn operator_restart_in_the_middle_of_a_reconcile_converges() {
         ("deployments", &["dev-metadata", "dev-query"][..]),
         ("services", &["dev-metadata", "dev-query"]),
         // The CA ConfigMap is created once, with the TLS Secret.
-        ("configmaps", &["dev-ca", "dev-metadata", "dev-query"]),
+        ("configmaps", &["dev-lake-ca", "dev-metadata", "dev-query"]),
         (
             "secrets",
-            &["dev-metadata-token", "dev-query-token", "dev-tls"],
+            &["dev-lake-tls", "dev-metadata-token", "dev-query-token"],
         ),
     ] {
         let names = jsonpath(kind, ns, "{.items[*].metadata.name}");

@@ -10,6 +10,11 @@ use serde_json::json;
 
 use super::reconcile::{NS, cluster_yaml, create_roles, harness};
 
+/// One pass whose outcome may be an error (a terminal condition is still Ok).
+async fn reconcile_once(h: &super::reconcile::Harness, cluster: lake_operator::crd::LakeCluster) {
+    let _ = lake_operator::reconcile::reconcile(std::sync::Arc::new(cluster), h.ctx.clone()).await;
+}
+
 fn token(secret: &Secret) -> String {
     String::from_utf8(secret.data.as_ref().unwrap()["tokens"].0.clone()).unwrap()
 }
@@ -129,7 +134,7 @@ async fn tls_is_on_unless_disabled_with_a_certificate_per_role() {
     let h = harness(cluster_yaml(&name, "")).await;
     h.reconcile().await;
     let secrets: Api<Secret> = Api::namespaced(h.client.clone(), NS);
-    let secret = secrets.get(&format!("{name}-tls")).await.unwrap();
+    let secret = secrets.get(&format!("{name}-lake-tls")).await.unwrap();
     let data = secret.data.unwrap();
     let keys: Vec<&str> = data.keys().map(String::as_str).collect();
     assert_eq!(
@@ -143,7 +148,7 @@ async fn tls_is_on_unless_disabled_with_a_certificate_per_role() {
         ]
     );
     let ca = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
-        .get(&format!("{name}-ca"))
+        .get(&format!("{name}-lake-ca"))
         .await
         .unwrap();
     assert_eq!(
@@ -190,13 +195,57 @@ async fn tls_is_on_unless_disabled_with_a_certificate_per_role() {
             "a pod mounts its own role's certificate and key only"
         );
     }
+    // The CA ConfigMap goes missing: the Secret's CA cannot be recovered, so the pass says what
+    // to do instead of reporting TLS in place; deleting the Secret issues everything anew.
+    let ca_maps = Api::<ConfigMap>::namespaced(h.client.clone(), NS);
+    ca_maps
+        .delete(&format!("{name}-lake-ca"), &DeleteParams::default())
+        .await
+        .unwrap();
+    h.patch_spec(json!({"query": {"replicas": 3}})).await;
+    h.reconcile().await; // WorkloadsReady False: the next pass checks the created-once objects
+    let cluster = h.cluster().await;
+    reconcile_once(&h, cluster).await;
+    let (status, reason, message) = h.condition("WorkloadsReady").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "CaNotPublished"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("delete Secret \"{name}-lake-tls\"")),
+        "{message}"
+    );
+    secrets
+        .delete(&format!("{name}-lake-tls"), &DeleteParams::default())
+        .await
+        .unwrap();
+    reconcile_once(&h, h.cluster().await).await;
+    let reissued = secrets
+        .get(&format!("{name}-lake-tls"))
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    assert_ne!(reissued["ca.crt"], data["ca.crt"], "a new CA");
+    let published = ca_maps
+        .get(&format!("{name}-lake-ca"))
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    assert_eq!(
+        published["ca.crt"].as_bytes(),
+        reissued["ca.crt"].0.as_slice()
+    );
+
     let status = h.cluster().await.status.unwrap();
     let tls = status.tls.unwrap();
     assert_eq!(
         (tls.secret.as_str(), tls.ca_config_map.as_str()),
         (
-            format!("{name}-tls").as_str(),
-            format!("{name}-ca").as_str()
+            format!("{name}-lake-tls").as_str(),
+            format!("{name}-lake-ca").as_str()
         )
     );
     assert!(
@@ -215,7 +264,7 @@ async fn tls_is_on_unless_disabled_with_a_certificate_per_role() {
     h.reconcile().await;
     assert!(
         secrets
-            .get_opt(&format!("{plain}-tls"))
+            .get_opt(&format!("{plain}-lake-tls"))
             .await
             .unwrap()
             .is_none()

@@ -32,6 +32,8 @@ struct RunningContainer {
 }
 
 struct RunningPod {
+    /// `Always`, `OnFailure` or `Never`.
+    restart_policy: String,
     namespace: String,
     name: String,
     ip: String,
@@ -361,6 +363,11 @@ async fn sync_pod(
             Ok((containers, irsa_token)) => {
                 let started_at = now();
                 let running = RunningPod {
+                    restart_policy: pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.restart_policy.clone())
+                        .unwrap_or_else(|| "Always".into()),
                     namespace: namespace.clone(),
                     name: name.clone(),
                     ip,
@@ -413,11 +420,7 @@ async fn sync_pod(
         let Some(running) = state.pods.get_mut(&uid) else {
             return;
         };
-        let restart = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.clone())
-            .unwrap_or_else(|| "Always".into());
+        let restart = running.restart_policy.clone();
         for c in &mut running.containers {
             if let Some(child) = c.child.as_mut()
                 && let Ok(Some(exit)) = child.try_wait()
@@ -429,8 +432,7 @@ async fn sync_pod(
                 c.ready = false;
             }
             if let Some((code, at)) = c.exited {
-                let again = restart == "Always" || (restart == "OnFailure" && code != 0);
-                if again && at.elapsed() > Duration::from_secs(1) {
+                if restarts(&restart, code) && at.elapsed() > Duration::from_secs(1) {
                     match spawn(&c.launch, &running.dir) {
                         Ok(child) => {
                             c.child = Some(child);
@@ -478,18 +480,42 @@ async fn sync_pod(
     }
 }
 
+/// Whether a container that exited with `code` is started again under `policy`.
+fn restarts(policy: &str, code: i32) -> bool {
+    policy == "Always" || (policy == "OnFailure" && code != 0)
+}
+
 fn pod_status(pod: &RunningPod) -> serde_json::Value {
     let ready = pod.containers.iter().all(|c| c.ready);
     let word = |b: bool| if b { "True" } else { "False" };
+    // Exited for good (a Job's pod): the container is terminated, and once all are, the pod
+    // has Succeeded (every exit 0) or Failed.
+    let finished = |c: &RunningContainer| {
+        c.exited
+            .filter(|(code, _)| !restarts(&pod.restart_policy, *code))
+            .map(|(code, _)| code)
+    };
+    let phase = if pod.containers.iter().all(|c| finished(c).is_some()) {
+        if pod.containers.iter().all(|c| finished(c) == Some(0)) {
+            "Succeeded"
+        } else {
+            "Failed"
+        }
+    } else {
+        "Running"
+    };
     let containers: Vec<_> = pod
         .containers
         .iter()
         .map(|c| {
             // Strategic merge keeps keys a patch leaves out: the other states are sent as null.
-            let state = match &c.child {
-                Some(_) => json!({"running": {"startedAt": c.started_at},
+            let state = match (&c.child, finished(c)) {
+                (Some(_), _) => json!({"running": {"startedAt": c.started_at},
                     "waiting": null, "terminated": null}),
-                None => json!({"running": null,
+                (None, Some(code)) => json!({"running": null, "waiting": null,
+                    "terminated": {"exitCode": code, "startedAt": c.started_at,
+                        "reason": if code == 0 { "Completed" } else { "Error" }}}),
+                (None, None) => json!({"running": null,
                     "waiting": {"reason": "CrashLoopBackOff"}, "terminated": null}),
             };
             let last = c.last_exit.map(|code| {
@@ -501,7 +527,7 @@ fn pod_status(pod: &RunningPod) -> serde_json::Value {
         })
         .collect();
     json!({"status": {
-        "phase": "Running",
+        "phase": phase,
         "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
         "podIP": pod.ip, "podIPs": [{"ip": pod.ip}],
         "startTime": pod.started_at,

@@ -1046,3 +1046,45 @@ spec:
         started.elapsed()
     );
 }
+
+/// The node agent runs a Job's pod to completion: the Job controller sees it Succeeded (exit 0)
+/// or Failed (not restarted under `restartPolicy: Never`).
+#[test]
+fn the_node_agent_completes_jobs() {
+    agent();
+    let ns = unique("jobs");
+    kubectl(&["create", "namespace", &ns]);
+    for (job, command, condition) in [
+        ("ok", "--version", "Complete"),
+        ("fails", "no-such-command", "Failed"),
+    ] {
+        let manifest = serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": job, "namespace": ns},
+            "spec": {"backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "lake", "image": "ghcr.io/acme/lake:1", "args": [command]}],
+            }}},
+        });
+        let out = control_plane().run(&["apply", "-f", "-"], Some(&manifest.to_string()));
+        assert!(out.status.success(), "{}", output_text(&out));
+        let out = control_plane().run(
+            &[
+                "wait",
+                &format!("--for=condition={condition}"),
+                &format!("job/{job}"),
+                "-n",
+                &ns,
+                "--timeout=60s",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "job {job} is not {condition}: {}\n{}",
+            output_text(&out),
+            output_text(&control_plane().run(&["get", "pods", "-n", &ns, "-o", "yaml"], None))
+        );
+    }
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}

@@ -431,17 +431,18 @@ async fn sync_pod(
                 c.last_exit = Some(code);
                 c.ready = false;
             }
-            if let Some((code, at)) = c.exited {
-                if restarts(&restart, code) && at.elapsed() > Duration::from_secs(1) {
-                    match spawn(&c.launch, &running.dir) {
-                        Ok(child) => {
-                            c.child = Some(child);
-                            c.exited = None;
-                            c.restarts += 1;
-                            c.started_at = now();
-                        }
-                        Err(e) => tracing::warn!(error = %e, "node agent: restarting"),
+            if let Some((code, at)) = c.exited
+                && restarts(&restart, code)
+                && at.elapsed() > Duration::from_secs(1)
+            {
+                match spawn(&c.launch, &running.dir) {
+                    Ok(child) => {
+                        c.child = Some(child);
+                        c.exited = None;
+                        c.restarts += 1;
+                        c.started_at = now();
                     }
+                    Err(e) => tracing::warn!(error = %e, "node agent: restarting"),
                 }
             }
             let was = c.ready;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -104,7 +105,8 @@ pub async fn run(options: RunOptions) -> Result<(), RunError> {
         .owns(api::<Service>(&client, ns), owned.clone())
         .owns(api::<ServiceAccount>(&client, ns), owned.clone())
         .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
-        .owns(api::<NetworkPolicy>(&client, ns), owned)
+        .owns(api::<NetworkPolicy>(&client, ns), owned.clone())
+        .owns(api::<Job>(&client, ns), owned)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

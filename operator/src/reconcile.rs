@@ -33,7 +33,9 @@ use crate::crd::{
 use crate::metrics::Metrics;
 use crate::plan::{self, IamInputs, LakePlan};
 use crate::render::{endpoint, workload_name};
-use crate::status::{self, Check, PLAN_VALID, POLICIES_READY, TABLES_READY, WORKLOADS_READY};
+use crate::status::{
+    self, Check, PLAN_VALID, POLICIES_READY, SELF_TEST_PASSED, TABLES_READY, WORKLOADS_READY,
+};
 use crate::validate::{self, ValidatedCluster};
 
 pub const FINALIZER: &str = "lake.dev/cleanup";
@@ -291,8 +293,17 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     facts.tls = workloads.tls.clone();
     let failure = failure.or(workloads.failure);
 
-    let checks = [plan_valid, tables.check, policies_check.0, workloads.check];
-    let ready = checks[1..].iter().all(|c| c.ok == Some(true));
+    let ready = [&tables.check, &policies_check.0, &workloads.check]
+        .iter()
+        .all(|c| c.ok == Some(true));
+    // Once rolled out: the selftest Jobs (reported, not gating Ready).
+    let self_test = if ready {
+        Some(self_test_step(ctx, &validated).await)
+    } else {
+        None
+    };
+    let mut checks = vec![plan_valid, tables.check, policies_check.0, workloads.check];
+    checks.extend(self_test);
     write_status(ctx, cluster, &checks, generation, facts).await?;
     match failure {
         Some(e) if e.is_terminal() => {
@@ -649,6 +660,23 @@ async fn workloads_step(
             Check::failed(WORKLOADS_READY, "RollingOut", notes.join("; "))
         },
         failure: None,
+    }
+}
+
+/// Runs (once per configuration) and reads the selftest Jobs of both roles.
+async fn self_test_step(ctx: &Context, validated: &ValidatedCluster) -> Check {
+    let mut outcomes = Vec::new();
+    for (role, job) in plan::selftest::jobs(validated) {
+        let name = job.metadata.name.clone().unwrap_or_default();
+        match apply::selftest::ensure(&ctx.client, &validated.namespace, &job).await {
+            Ok(outcome) => outcomes.push((role, name, outcome)),
+            Err(e) => return Check::unknown(SELF_TEST_PASSED, e.reason(), e.to_string()),
+        }
+    }
+    match apply::selftest::summary(&outcomes) {
+        (true, _, message) => Check::ok(SELF_TEST_PASSED, "Passed", message),
+        (_, true, message) => Check::failed(SELF_TEST_PASSED, "SelfTestFailed", message),
+        (_, _, message) => Check::unknown(SELF_TEST_PASSED, "Running", message),
     }
 }
 

@@ -10,15 +10,22 @@ pub const TABLES_READY: &str = "TablesReady";
 pub const POLICIES_READY: &str = "PoliciesReady";
 pub const WORKLOADS_READY: &str = "WorkloadsReady";
 pub const READY: &str = "Ready";
+/// `lake selftest` in each role's pod environment after a rollout: reported, not gating Ready
+/// (on an AWS that enforces no IAM, query's selftest fails, and the lake still serves).
+pub const SELF_TEST_PASSED: &str = "SelfTestPassed";
 
 /// The order conditions are reported in; Ready is always last.
-pub const ORDER: [&str; 5] = [
+pub const ORDER: [&str; 6] = [
     PLAN_VALID,
     TABLES_READY,
     POLICIES_READY,
     WORKLOADS_READY,
+    SELF_TEST_PASSED,
     READY,
 ];
+
+/// The checks Ready waits for.
+const GATING: [&str; 4] = [PLAN_VALID, TABLES_READY, POLICIES_READY, WORKLOADS_READY];
 
 /// One observation: `Some(true)` True, `Some(false)` False, `None` Unknown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +73,11 @@ fn status_text(ok: Option<bool>) -> &'static str {
 
 /// Ready from the other checks: True only when all are True; otherwise the first that is not.
 pub fn ready(checks: &[Check]) -> Check {
-    match checks.iter().find(|c| c.ok != Some(true)) {
+    match checks
+        .iter()
+        .filter(|c| GATING.contains(&c.type_))
+        .find(|c| c.ok != Some(true))
+    {
         None => Check::ok(READY, "Ready", "tables, policies and workloads are ready"),
         Some(blocking) => {
             let reason = match blocking.type_ {

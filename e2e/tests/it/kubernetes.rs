@@ -484,6 +484,34 @@ async fn e2e_kubectl_apply_to_sql() {
     );
     let out = agent().exec(&lake.namespace, &metadata_pod, &["selftest"]);
     assert!(out.status.success(), "{}", output_text(&out));
+    // The operator's post-rollout selftest Jobs say so in status, without blocking Ready.
+    let out = control_plane().run(
+        &[
+            "wait",
+            "--for=condition=SelfTestPassed=False",
+            &format!("lakecluster/{}", lake.name),
+            "-n",
+            &lake.namespace,
+            "--timeout=60s",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        lake.diagnostics(&output_text(&out))
+    );
+    let message = kubectl(&[
+        "get",
+        "lake",
+        &lake.name,
+        "-n",
+        &lake.namespace,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"SelfTestPassed\")].message}",
+    ]);
+    assert!(message.contains("the query selftest failed"), "{message}");
+    assert!(!message.contains("metadata selftest failed"), "{message}");
 
     // Real clients, with the tokens from the Secrets: ingest through metadata, SQL through query.
     lake.load_orders();
@@ -639,6 +667,23 @@ async fn e2e_query_credentials_refused_every_write() {
     }
     let said = output_text(&agent().exec(&lake.namespace, &query_pod, &["selftest"]));
     assert!(said.contains("ok query is refused writes to"), "{said}");
+    // The operator's own post-rollout selftest Jobs agree.
+    let out = control_plane().run(
+        &[
+            "wait",
+            "--for=condition=SelfTestPassed",
+            &format!("lakecluster/{name}"),
+            "-n",
+            &lake.namespace,
+            "--timeout=60s",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        lake.diagnostics(&output_text(&out))
+    );
 
     // No registry: query's configuration names no registry table at all.
     let config = kubectl(&[

@@ -3,6 +3,7 @@
 //! Reconcile applies it; `lake-operator render` prints it.
 
 pub mod iam;
+pub mod selftest;
 pub mod tables;
 pub mod tls;
 pub mod tokens;

@@ -34,7 +34,7 @@ use crate::validate::ValidatedCluster;
 /// change rolls the pods.
 pub const CONFIG_HASH: &str = "lake.dev/config-hash";
 pub const IRSA_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
-const RUN_AS: i64 = 65532;
+pub(crate) const RUN_AS: i64 = 65532;
 
 /// One object to apply.
 // A handful per cluster, built once per reconcile: boxing would buy nothing.

@@ -284,12 +284,15 @@ fn wait_ready(namespace: &str) {
 #[test]
 fn kubectl_apply_to_ready() {
     let (namespace, _operator) = sample_ready();
+    // The workloads' pods (the selftest Jobs' pods carry no lake labels).
     let pods = text(&kubectl(
         &[
             "get",
             "pods",
             "-n",
             &namespace,
+            "-l",
+            "app.kubernetes.io/name=lake",
             "-o",
             "jsonpath={.items[*].spec.nodeName}",
         ],
@@ -313,6 +316,28 @@ fn kubectl_apply_to_ready() {
         table.lines().nth(1).is_some_and(|row| row.contains("True")),
         "{table}"
     );
+    // Once Ready, the operator ran its selftest Jobs: one per role, in the role's identity.
+    let jobs = text(&kubectl(
+        &[
+            "get",
+            "jobs",
+            "-n",
+            &namespace,
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.template.spec.serviceAccountName} {.spec.template.spec.containers[0].args[0]}{\"\\n\"}{end}",
+        ],
+        None,
+    ));
+    let mut jobs: Vec<&str> = jobs.lines().collect();
+    jobs.sort();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    for (line, role) in jobs.iter().zip(["metadata", "query"]) {
+        assert!(
+            line.starts_with(&format!("dev-{role}-check-"))
+                && line.ends_with(&format!(" dev-{role} selftest")),
+            "{jobs:?}"
+        );
+    }
     let described = text(&kubectl(
         &["describe", "lakecluster", "dev", "-n", &namespace],
         None,

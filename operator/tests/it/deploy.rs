@@ -100,6 +100,11 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
             .or_default()
             .extend(all(&["get", "list", "watch", "create", "patch"]));
     }
+    // The post-rollout selftest Jobs: created once per configuration, watched for their outcome.
+    needed.insert(
+        ("batch".into(), "jobs".into()),
+        all(&["get", "list", "watch", "create"]),
+    );
     // Token Secrets are created once and never read (AlreadyExists says they are there).
     if !planned.tokens.is_empty() {
         needed.insert(("".into(), "secrets".into()), all(&["create"]));

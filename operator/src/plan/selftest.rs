@@ -1,0 +1,86 @@
+//! The post-rollout check: one Job per role that runs `lake selftest` with the role's
+//! configuration and ServiceAccount (so its credentials), named after the configuration's hash
+//! and image so a change runs it again. Pure: the Jobs as values.
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapEnvSource, Container, EnvFromSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, SeccompProfile, SecurityContext,
+};
+use lake_common::plan::Role;
+use sha2::{Digest, Sha256};
+
+use super::workloads::{RUN_AS, config, meta_named};
+use crate::render::workload_name;
+use crate::validate::ValidatedCluster;
+
+/// The selftest Job of `role`.
+pub fn job(cluster: &ValidatedCluster, role: Role) -> Job {
+    let (_, config_hash) = config(cluster, role);
+    let image = match role {
+        Role::Query => &cluster.query.image,
+        Role::Metadata => &cluster.metadata.image,
+    };
+    let digest: String = Sha256::digest(format!("{config_hash}/{image}").as_bytes())
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let workload = workload_name(cluster, role);
+    Job {
+        metadata: meta_named(cluster, role, format!("{workload}-check-{digest}")),
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    service_account_name: Some(workload.clone()),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(RUN_AS),
+                        run_as_group: Some(RUN_AS),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    containers: vec![Container {
+                        name: "selftest".into(),
+                        image: Some(image.clone()),
+                        args: Some(vec!["selftest".into()]),
+                        env_from: Some(vec![EnvFromSource {
+                            config_map_ref: Some(ConfigMapEnvSource {
+                                name: workload,
+                                optional: Some(false),
+                            }),
+                            ..Default::default()
+                        }]),
+                        security_context: Some(SecurityContext {
+                            run_as_non_root: Some(true),
+                            allow_privilege_escalation: Some(false),
+                            read_only_root_filesystem: Some(true),
+                            capabilities: Some(Capabilities {
+                                drop: Some(vec!["ALL".into()]),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn jobs(cluster: &ValidatedCluster) -> Vec<(Role, Job)> {
+    [Role::Query, Role::Metadata]
+        .into_iter()
+        .map(|role| (role, job(cluster, role)))
+        .collect()
+}

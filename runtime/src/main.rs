@@ -92,9 +92,10 @@ enum Command {
     /// Check, with this pod's configuration and credentials, what its role may and may not do,
     /// printing each check; exits non-zero if any fails. The query role: its stores open
     /// read-only (the manifest marker names this cluster), the warehouse lists, it holds no
-    /// registry name, and IAM refuses it a DynamoDB write. The metadata role: both stores open
-    /// (both markers name this cluster), the registry lists, and IAM permits writes to both
-    /// tables. Write probes carry a condition that never holds: nothing is ever written.
+    /// registry name, and IAM refuses it DynamoDB writes (PutItem, DeleteItem). The metadata
+    /// role: both stores open (both markers name this cluster), the registry lists, and IAM
+    /// permits those writes to both tables. Write probes carry a condition that never holds:
+    /// nothing is ever written.
     Selftest,
     /// The managed stage: put, get, ls, rm (through the query endpoint's stage descriptor).
     Stage {

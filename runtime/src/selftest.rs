@@ -2,16 +2,17 @@
 //! that the role can do what it must and cannot do what it must not, and prints each check.
 //!
 //! - query: its stores open read-only (the manifest table's marker names this cluster), the
-//!   warehouse lists, it holds no registry name (by construction: the query plan has none), and a
-//!   DynamoDB write to the manifest table is refused by IAM;
-//! - metadata: both stores open (both markers name this cluster) and the registry lists, and a
-//!   DynamoDB write to each table is permitted.
+//!   warehouse lists, it holds no registry name (by construction: the query plan has none), and
+//!   IAM refuses it PutItem and DeleteItem on the manifest table;
+//! - metadata: both stores open (both markers name this cluster) and the registry lists, and
+//!   IAM permits it PutItem and DeleteItem on each table.
 //!
-//! Every write probe is a conditional PutItem whose condition can never hold, so it never
+//! Every write probe (PutItem, DeleteItem) carries a condition that can never hold, so it never
 //! changes anything: IAM answers AccessDenied before the condition is evaluated, and a permitted
 //! probe fails its condition instead.
 
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 use lake_common::config::RuntimeConfig;
 use lake_common::plan::{ManifestStore, RegistryStore, RolePlan};
@@ -53,46 +54,83 @@ type KeyShape = (&'static str, &'static str, bool);
 const REGISTRY_KEY: KeyShape = ("pk", "sk", false);
 const MANIFEST_KEY: KeyShape = ("base_uri", "version", true);
 
-/// A write to `table` that can never change anything.
-async fn probe_write(client: &aws_sdk_dynamodb::Client, table: &str, key: KeyShape) -> Probe {
+/// The writes probed: every single-item write the policies decide on.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    PutItem,
+    DeleteItem,
+}
+
+const WRITES: [Write; 2] = [Write::PutItem, Write::DeleteItem];
+
+/// What an error from a probe says about the policy.
+fn classify<E>(e: SdkError<E, HttpResponse>) -> Probe
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match e.code() {
+        Some("ConditionalCheckFailedException") => Probe::Permitted,
+        // Only an authorisation refusal: broken or expired credentials
+        // (UnrecognizedClientException, ExpiredTokenException) prove nothing about the policy.
+        Some("AccessDeniedException") => Probe::Refused(e.message().unwrap_or_default().to_owned()),
+        // The same refusal as some emulators send it: a 403 whose (XML) body says AccessDenied,
+        // which the JSON protocol cannot parse.
+        None if e.raw_response().is_some_and(|r| {
+            r.status().as_u16() == 403
+                && r.body().bytes().is_some_and(|b| {
+                    String::from_utf8_lossy(b).contains("<Code>AccessDenied</Code>")
+                })
+        }) =>
+        {
+            Probe::Refused("AccessDenied (HTTP 403)".to_owned())
+        }
+        _ => Probe::Failed(aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string()),
+    }
+}
+
+/// `write` on `table`, conditioned on something that can never hold: it never changes anything.
+async fn probe_write(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    key: KeyShape,
+    write: Write,
+) -> Probe {
     let (partition, sort, numeric) = key;
     let sort_value = if numeric {
         AttributeValue::N("0".into())
     } else {
         AttributeValue::S("__lake__/selftest".into())
     };
-    let result = client
-        .put_item()
-        .table_name(table)
-        .item(partition, AttributeValue::S("__lake__/selftest".into()))
-        .item(sort, sort_value)
-        .condition_expression("attribute_exists(#k) AND attribute_not_exists(#k)")
-        .expression_attribute_names("#k", partition)
-        .send()
-        .await;
-    match result {
-        Ok(_) => {
-            Probe::Failed("an impossible condition held: nothing should have been written".into())
-        }
-        Err(e) => match e.code() {
-            Some("ConditionalCheckFailedException") => Probe::Permitted,
-            // Only an authorisation refusal: broken or expired credentials
-            // (UnrecognizedClientException, ExpiredTokenException) prove nothing about the policy.
-            Some("AccessDeniedException") => {
-                Probe::Refused(e.message().unwrap_or_default().to_owned())
-            }
-            // The same refusal as some emulators send it: a 403 whose (XML) body says
-            // AccessDenied, which the JSON protocol cannot parse.
-            None if e.raw_response().is_some_and(|r| {
-                r.status().as_u16() == 403
-                    && r.body().bytes().is_some_and(|b| {
-                        String::from_utf8_lossy(b).contains("<Code>AccessDenied</Code>")
-                    })
-            }) =>
-            {
-                Probe::Refused("AccessDenied (HTTP 403)".to_owned())
-            }
-            _ => Probe::Failed(aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string()),
+    let partition_value = AttributeValue::S("__lake__/selftest".into());
+    let never = "attribute_exists(#k) AND attribute_not_exists(#k)";
+    let held =
+        || Probe::Failed("an impossible condition held: nothing should have been written".into());
+    match write {
+        Write::PutItem => match client
+            .put_item()
+            .table_name(table)
+            .item(partition, partition_value)
+            .item(sort, sort_value)
+            .condition_expression(never)
+            .expression_attribute_names("#k", partition)
+            .send()
+            .await
+        {
+            Ok(_) => held(),
+            Err(e) => classify(e),
+        },
+        Write::DeleteItem => match client
+            .delete_item()
+            .table_name(table)
+            .key(partition, partition_value)
+            .key(sort, sort_value)
+            .condition_expression(never)
+            .expression_attribute_names("#k", partition)
+            .send()
+            .await
+        {
+            Ok(_) => held(),
+            Err(e) => classify(e),
         },
     }
 }
@@ -137,22 +175,18 @@ pub async fn run(config: &RuntimeConfig) -> Vec<Check> {
             ));
             if let (ManifestStore::DynamoDb { table }, Some(aws)) = (plan.manifests(), plan.aws()) {
                 let client = AwsConnection::new(aws, &options).await.dynamodb();
-                let probe = probe_write(&client, table.as_str(), MANIFEST_KEY).await;
-                checks.push(match probe {
-                    Probe::Refused(why) => Check::new(
-                        format!("query is refused writes to {table}"),
-                        true,
-                        format!("AccessDenied: {why}"),
-                    ),
-                    Probe::Permitted => Check::new(
-                        format!("query is refused writes to {table}"),
-                        false,
-                        "IAM permits query's credentials to write the manifest table",
-                    ),
-                    Probe::Failed(why) => {
-                        Check::new(format!("query is refused writes to {table}"), false, why)
-                    }
-                });
+                for write in WRITES {
+                    let name = format!("query is refused writes to {table} ({write:?})");
+                    checks.push(match probe_write(&client, table.as_str(), MANIFEST_KEY, write).await {
+                        Probe::Refused(why) => Check::new(name, true, format!("AccessDenied: {why}")),
+                        Probe::Permitted => Check::new(
+                            name,
+                            false,
+                            format!("IAM permits query's credentials to write the manifest table ({write:?})"),
+                        ),
+                        Probe::Failed(why) => Check::new(name, false, why),
+                    });
+                }
             }
         }
         RolePlan::Metadata(plan) => {
@@ -192,14 +226,18 @@ pub async fn run(config: &RuntimeConfig) -> Vec<Check> {
                     tables.push((table.as_str().to_owned(), MANIFEST_KEY));
                 }
                 for (table, keys) in tables {
-                    let name = format!("metadata may write {table}");
-                    checks.push(match probe_write(&client, &table, keys).await {
-                        Probe::Permitted => Check::new(name, true, "permitted (nothing written)"),
-                        Probe::Refused(why) => {
-                            Check::new(name, false, format!("AccessDenied: {why}"))
-                        }
-                        Probe::Failed(why) => Check::new(name, false, why),
-                    });
+                    for write in WRITES {
+                        let name = format!("metadata may write {table} ({write:?})");
+                        checks.push(match probe_write(&client, &table, keys, write).await {
+                            Probe::Permitted => {
+                                Check::new(name, true, "permitted (nothing written)")
+                            }
+                            Probe::Refused(why) => {
+                                Check::new(name, false, format!("AccessDenied: {why}"))
+                            }
+                            Probe::Failed(why) => Check::new(name, false, why),
+                        });
+                    }
                 }
             }
         }

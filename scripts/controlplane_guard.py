@@ -35,10 +35,38 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 TOKEN = "lake-test-admin"
 
 
+# Ports the components listen on are chosen below the kernel's ephemeral range: a port the
+# kernel hands out for `bind(0)` may be taken again, before the component binds it, as the source
+# port of any outgoing connection (kubectl, the tests' clients) — which once failed a run with
+# "address already in use". Below the range only another listener can collide.
+_EPHEMERAL_LOW = 32768
+_taken: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _EPHEMERAL_LOW
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    import random
+    high = min(_ephemeral_low(), 65536)
+    low = max(1024, high - 12000)
+    for _ in range(200):
+        port = random.randrange(low, high)
+        if port in _taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _taken.add(port)
+        return port
+    raise RuntimeError(f"no free port in [{low}, {high})")
 
 
 def write(path: str, text: str) -> str:

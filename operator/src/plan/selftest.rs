@@ -4,13 +4,12 @@
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapEnvSource, Container, EnvFromSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, SeccompProfile, SecurityContext,
+    ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec,
 };
 use lake_common::plan::Role;
 use sha2::{Digest, Sha256};
 
-use super::workloads::{RUN_AS, config, meta_named};
+use super::workloads::{config, container_security, meta_named, pod_security};
 use crate::render::workload_name;
 use crate::validate::ValidatedCluster;
 
@@ -36,16 +35,7 @@ pub fn job(cluster: &ValidatedCluster, role: Role) -> Job {
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".into()),
                     service_account_name: Some(workload.clone()),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(RUN_AS),
-                        run_as_group: Some(RUN_AS),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
+                    security_context: Some(pod_security()),
                     containers: vec![Container {
                         name: "selftest".into(),
                         image: Some(image.clone()),
@@ -57,16 +47,7 @@ pub fn job(cluster: &ValidatedCluster, role: Role) -> Job {
                             }),
                             ..Default::default()
                         }]),
-                        security_context: Some(SecurityContext {
-                            run_as_non_root: Some(true),
-                            allow_privilege_escalation: Some(false),
-                            read_only_root_filesystem: Some(true),
-                            capabilities: Some(Capabilities {
-                                drop: Some(vec!["ALL".into()]),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        }),
+                        security_context: Some(container_security()),
                         ..Default::default()
                     }],
                     ..Default::default()

@@ -34,7 +34,7 @@ use crate::validate::ValidatedCluster;
 /// change rolls the pods.
 pub const CONFIG_HASH: &str = "lake.dev/config-hash";
 pub const IRSA_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
-pub(crate) const RUN_AS: i64 = 65532;
+const RUN_AS: i64 = 65532;
 
 /// One object to apply.
 // A handful per cluster, built once per reconcile: boxing would buy nothing.
@@ -142,6 +142,35 @@ pub fn config(cluster: &ValidatedCluster, role: Role) -> (BTreeMap<String, Strin
         .map(|b| format!("{b:02x}"))
         .collect();
     (data, hash)
+}
+
+/// Every lake pod: non-root (65532), RuntimeDefault seccomp; its volumes group-readable.
+pub(crate) fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        fs_group: Some(RUN_AS),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Every lake container: no privilege escalation, a read-only root, no capabilities.
+pub(crate) fn container_security() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 fn default_resources() -> ResourceRequirements {
@@ -271,17 +300,7 @@ fn deployment(
                 }),
                 spec: Some(PodSpec {
                     service_account_name: Some(name.clone()),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(RUN_AS),
-                        run_as_group: Some(RUN_AS),
-                        fs_group: Some(RUN_AS),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
+                    security_context: Some(pod_security()),
                     containers: vec![Container {
                         name: "lake".into(),
                         image: Some(image.to_owned()),
@@ -302,16 +321,7 @@ fn deployment(
                         readiness_probe: Some(probe(5, 3)),
                         liveness_probe: Some(probe(10, 6)),
                         resources: Some(resources.unwrap_or_else(default_resources)),
-                        security_context: Some(SecurityContext {
-                            run_as_non_root: Some(true),
-                            allow_privilege_escalation: Some(false),
-                            read_only_root_filesystem: Some(true),
-                            capabilities: Some(Capabilities {
-                                drop: Some(vec!["ALL".into()]),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        }),
+                        security_context: Some(container_security()),
                         volume_mounts: Some(mounts),
                         ..Default::default()
                     }],

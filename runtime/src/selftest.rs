@@ -29,6 +29,14 @@ pub struct Check {
 }
 
 impl Check {
+    /// Passed with `Ok`'s detail, or failed with the error.
+    fn of<E: std::fmt::Display>(name: &str, result: Result<String, E>) -> Self {
+        match result {
+            Ok(detail) => Self::new(name, true, detail),
+            Err(e) => Self::new(name, false, e.to_string()),
+        }
+    }
+
     fn new(name: impl Into<String>, passed: bool, detail: impl Into<String>) -> Self {
         Self {
             name: name.into(),
@@ -142,31 +150,17 @@ pub async fn run(config: &RuntimeConfig) -> Vec<Check> {
     let mut checks = Vec::new();
     match &config.plan {
         RolePlan::Query(plan) => {
-            match QueryContext::open(plan, cluster, &options).await {
+            let opened = QueryContext::open(plan, cluster, &options).await;
+            let opens = "query opens its stores read-only";
+            match opened {
                 Ok(context) => {
-                    checks.push(Check::new(
-                        "query opens its stores read-only",
-                        true,
-                        "the manifest table's marker names this cluster",
-                    ));
-                    match context.engine().list_tables().await {
-                        Ok(tables) => checks.push(Check::new(
-                            "query reads the warehouse",
-                            true,
-                            format!("{} tables", tables.len()),
-                        )),
-                        Err(e) => checks.push(Check::new(
-                            "query reads the warehouse",
-                            false,
-                            e.to_string(),
-                        )),
-                    }
+                    let marker = "the manifest table's marker names this cluster";
+                    checks.push(Check::new(opens, true, marker));
+                    let tables = context.engine().list_tables().await;
+                    let tables = tables.map(|t| format!("{} tables", t.len()));
+                    checks.push(Check::of("query reads the warehouse", tables));
                 }
-                Err(e) => checks.push(Check::new(
-                    "query opens its stores read-only",
-                    false,
-                    e.to_string(),
-                )),
+                Err(e) => checks.push(Check::of(opens, Err::<String, _>(e))),
             }
             checks.push(Check::new(
                 "query holds no registry name",
@@ -190,31 +184,16 @@ pub async fn run(config: &RuntimeConfig) -> Vec<Check> {
             }
         }
         RolePlan::Metadata(plan) => {
+            let opens = "metadata opens both stores";
             match MetadataContext::open(plan, cluster, &options).await {
                 Ok(context) => {
-                    checks.push(Check::new(
-                        "metadata opens both stores",
-                        true,
-                        format!("both markers name cluster {}", context.cluster_id()),
-                    ));
-                    match context.registry().list_namespaces().await {
-                        Ok(namespaces) => checks.push(Check::new(
-                            "metadata reads the registry",
-                            true,
-                            format!("{} namespaces", namespaces.len()),
-                        )),
-                        Err(e) => checks.push(Check::new(
-                            "metadata reads the registry",
-                            false,
-                            e.to_string(),
-                        )),
-                    }
+                    let markers = format!("both markers name cluster {}", context.cluster_id());
+                    checks.push(Check::new(opens, true, markers));
+                    let namespaces = context.registry().list_namespaces().await;
+                    let namespaces = namespaces.map(|n| format!("{} namespaces", n.len()));
+                    checks.push(Check::of("metadata reads the registry", namespaces));
                 }
-                Err(e) => checks.push(Check::new(
-                    "metadata opens both stores",
-                    false,
-                    e.to_string(),
-                )),
+                Err(e) => checks.push(Check::of(opens, Err::<String, _>(e))),
             }
             if let Some(aws) = plan.aws() {
                 let client = AwsConnection::new(aws, &options).await.dynamodb();

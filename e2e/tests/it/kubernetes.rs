@@ -237,17 +237,19 @@ spec:
 
     /// `kubectl wait --for=condition=Ready`, with everything worth reading when it times out.
     fn wait_ready(&self, seconds: u64) {
-        let out = control_plane().run(
-            &[
-                "wait",
-                "--for=condition=Ready",
-                &format!("lakecluster/{}", self.name),
-                "-n",
-                &self.namespace,
-                &format!("--timeout={seconds}s"),
-            ],
-            None,
-        );
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Ready",
+            &format!("lakecluster/{}", self.name),
+            "-n",
+            &self.namespace,
+            &format!("--timeout={seconds}s"),
+        ]);
+    }
+
+    /// `kubectl args…`, failing the test with everything worth reading if it fails.
+    fn kubectl_ok(&self, args: &[&str]) {
+        let out = control_plane().run(args, None);
         if !out.status.success() {
             panic!("{}", self.diagnostics(&output_text(&out)));
         }
@@ -485,22 +487,14 @@ async fn e2e_kubectl_apply_to_sql() {
     let out = agent().exec(&lake.namespace, &metadata_pod, &["selftest"]);
     assert!(out.status.success(), "{}", output_text(&out));
     // The operator's post-rollout selftest Jobs say so in status, without blocking Ready.
-    let out = control_plane().run(
-        &[
-            "wait",
-            "--for=condition=SelfTestPassed=False",
-            &format!("lakecluster/{}", lake.name),
-            "-n",
-            &lake.namespace,
-            "--timeout=60s",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        lake.diagnostics(&output_text(&out))
-    );
+    lake.kubectl_ok(&[
+        "wait",
+        "--for=condition=SelfTestPassed=False",
+        &format!("lakecluster/{}", lake.name),
+        "-n",
+        &lake.namespace,
+        "--timeout=60s",
+    ]);
     let message = kubectl(&[
         "get",
         "lake",
@@ -668,22 +662,14 @@ async fn e2e_query_credentials_refused_every_write() {
     let said = output_text(&agent().exec(&lake.namespace, &query_pod, &["selftest"]));
     assert!(said.contains("ok query is refused writes to"), "{said}");
     // The operator's own post-rollout selftest Jobs agree.
-    let out = control_plane().run(
-        &[
-            "wait",
-            "--for=condition=SelfTestPassed",
-            &format!("lakecluster/{name}"),
-            "-n",
-            &lake.namespace,
-            "--timeout=60s",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        lake.diagnostics(&output_text(&out))
-    );
+    lake.kubectl_ok(&[
+        "wait",
+        "--for=condition=SelfTestPassed",
+        &format!("lakecluster/{name}"),
+        "-n",
+        &lake.namespace,
+        "--timeout=60s",
+    ]);
 
     // No registry: query's configuration names no registry table at all.
     let config = kubectl(&[
@@ -864,22 +850,14 @@ async fn e2e_rollout_keeps_answering() {
             "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}",
         ]) == "3 ghcr.io/acme/lake:2"
     });
-    let out = control_plane().run(
-        &[
-            "rollout",
-            "status",
-            &format!("deployment/{}-query", lake.name),
-            "-n",
-            &lake.namespace,
-            "--timeout=120s",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        lake.diagnostics(&output_text(&out))
-    );
+    lake.kubectl_ok(&[
+        "rollout",
+        "status",
+        &format!("deployment/{}-query", lake.name),
+        "-n",
+        &lake.namespace,
+        "--timeout=120s",
+    ]);
     lake.wait_ready(60);
     let rolled = rollout.elapsed();
     let images = kubectl(&[
@@ -1051,22 +1029,14 @@ spec:
     let out = control_plane().run(&["apply", "-f", "-"], Some(&manifests));
     assert!(out.status.success(), "{}", output_text(&out));
     for role in ["query", "metadata"] {
-        let out = control_plane().run(
-            &[
-                "rollout",
-                "status",
-                &format!("deployment/{name}-{role}"),
-                "-n",
-                &ns,
-                "--timeout=120s",
-            ],
-            None,
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            lake.diagnostics(&output_text(&out))
-        );
+        lake.kubectl_ok(&[
+            "rollout",
+            "status",
+            &format!("deployment/{name}-{role}"),
+            "-n",
+            &ns,
+            "--timeout=120s",
+        ]);
     }
     let (_, query_ip) = lake.pod("query");
     let token = |role: &str| {

@@ -7,14 +7,16 @@ built (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl):
 
 It starts etcd on a temp dir (no fsync), kube-apiserver on loopback (RBAC, a static admin token,
 a generated service-account signing key, an audit log of every write), the controller manager
-(garbage collection, Deployments -> ReplicaSets -> Pods, namespaces, service-account tokens) and
-the scheduler; registers one Node with the capacity and Ready condition a kubelet would report
+(garbage collection, Deployments -> ReplicaSets -> Pods, namespaces, service-account tokens, and
+PersistentVolumes for claims as host directories under /tmp/hostpath_pv, the default
+StorageClass `standard`) and the scheduler; registers one Node with the capacity and Ready condition a kubelet would report
 (there is no kubelet: tests mark pods Ready themselves); then prints
 
     READY <kubeconfig> <apiserver url> <audit log>
 
 and blocks on stdin. When the test process exits (however it exits), the pipe closes, stdin
-reaches EOF, and every process is stopped and the temp dir removed: nothing outlives the tests.
+reaches EOF, and every process is stopped and the temp dir and the volumes' directories removed:
+nothing outlives the tests.
 A start that fails prints "FAILED <why>" with the failing process's last log lines.
 """
 
@@ -90,6 +92,8 @@ class Plane:
         self.bin = bin_dir
         self.tmp = tempfile.mkdtemp(prefix="lake-controlplane-")
         self.procs: list[tuple[str, subprocess.Popen, str]] = []
+        # Set once the API server answers: stop() then removes the volumes provisioned.
+        self.kubeconfig: str | None = None
 
     def start(self, name: str, *args: str) -> None:
         log = os.path.join(self.tmp, f"{name}.log")
@@ -123,7 +127,24 @@ class Plane:
                 self.failed(f"{what} not ready after {seconds:.0f} s")
             time.sleep(0.1)
 
+    def remove_volumes(self) -> None:
+        """The host directories of this plane's PersistentVolumes (outside its temp dir)."""
+        if self.kubeconfig is None:
+            return
+        try:
+            done = subprocess.run([os.path.join(self.bin, "kubectl"), "--kubeconfig",
+                                   self.kubeconfig, "get", "pv", "--request-timeout=5s", "-o",
+                                   "jsonpath={.items[*].spec.hostPath.path}"],
+                                  capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return
+        for path in done.stdout.split():
+            if path.startswith("/tmp/hostpath_pv/") and ".." not in path:
+                subprocess.run(["rm", "-rf", path], check=False)
+
     def stop(self) -> None:
+        self.remove_volumes()
+        self.kubeconfig = None
         for _, proc, _ in reversed(self.procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -195,12 +216,16 @@ rules:
         "users": [{"name": "admin", "user": {"token": TOKEN}}],
         "contexts": [{"name": "lake-test", "context": {"cluster": "lake-test", "user": "admin"}}],
     }))
+    plane.kubeconfig = kubeconfig
     plane.start("kube-controller-manager", "--kubeconfig", kubeconfig,
                 "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
                 "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
                 "--leader-elect=false", "--service-account-private-key-file", sa_key,
                 "--root-ca-file", os.path.join(tmp, "certs", "apiserver.crt"),
                 "--use-service-account-credentials=true",
+                # PersistentVolumeClaims are provisioned as host directories (/tmp/hostpath_pv/…),
+                # the controller manager's own provisioner for single-machine clusters.
+                "--enable-hostpath-provisioner=true",
                 # No kubelet heartbeats here: the node-lifecycle controller would taint the node and evict.
                 "--controllers", "*,-node-ipam-controller,-node-lifecycle-controller")
     plane.start("kube-scheduler", "--kubeconfig", kubeconfig,
@@ -236,6 +261,16 @@ rules:
     plane.wait_until("the default service account", lambda: subprocess.run(
         [kubectl, "--kubeconfig", kubeconfig, "get", "serviceaccount", "default", "-n", "default"],
         capture_output=True).returncode == 0, 60)
+    # The default StorageClass, served by that provisioner; claims deleted delete their directory.
+    storage_class = json.dumps({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "standard", "annotations": {
+            "storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "kubernetes.io/host-path", "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate"})
+    done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "-"],
+                          input=storage_class, text=True, capture_output=True)
+    if done.returncode != 0:
+        plane.failed(f"cannot create the default StorageClass: {done.stderr}")
     print(f"READY {kubeconfig} {api} {audit}", flush=True)
     sys.stdin.read()
     plane.stop()

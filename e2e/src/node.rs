@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
+};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
 
@@ -188,15 +190,22 @@ impl NodeAgent {
             .insert(namespace.to_owned(), endpoint.to_owned());
     }
 
-    /// The output of every container of `namespace/pod` so far (for failure messages).
+    /// The output of every container of every pod named `namespace/pod` so far (for failure
+    /// messages).
     pub fn logs(&self, namespace: &str, pod: &str) -> String {
         let dir = self.root.path().join(namespace).join(pod);
         let mut out = String::new();
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "log") {
-                out.push_str(&format!("--- {}\n", path.display()));
-                out.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+        for incarnation in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            for entry in std::fs::read_dir(incarnation.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "log") {
+                    out.push_str(&format!("--- {}\n", path.display()));
+                    out.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+                }
             }
         }
         out
@@ -349,7 +358,9 @@ async fn sync_pod(
             state.next_ip += 1;
             format!("127.0.{}.{}", n / 250, n % 250 + 2)
         };
-        let dir = root.join(&namespace).join(&name);
+        // Per pod uid, as a kubelet keeps it: a replacement of the same name (a StatefulSet's)
+        // starts with fresh emptyDirs; only a claim outlives the pod.
+        let dir = root.join(&namespace).join(&name).join(&uid);
         let mut settings = settings.clone();
         if let Some(endpoint) = state
             .lock()
@@ -650,6 +661,35 @@ async fn start(
         inputs.irsa = Some((role, token));
     }
 
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    for volume in spec.volumes.iter().flatten() {
+        let Some(claim) = &volume.persistent_volume_claim else {
+            continue;
+        };
+        // Bound: the claim names its volume and the volume its host directory. Not yet: the
+        // pod waits (its launch fails naming the claim, and is tried again).
+        let bound = claims
+            .get_opt(&claim.claim_name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.spec?.volume_name);
+        let Some(name) = bound else {
+            continue;
+        };
+        let path = volumes
+            .get_opt(&name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|v| Some(v.spec?.host_path?.path));
+        if let Some(path) = path {
+            inputs
+                .claims
+                .insert(claim.claim_name.clone(), PathBuf::from(path));
+        }
+    }
     let launches = pod::launches(pod, &inputs, settings, dir, ip)?;
     let mut containers = Vec::new();
     for launch in launches {

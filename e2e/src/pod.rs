@@ -5,8 +5,10 @@
 //!
 //! - **images**: an image whose repository ends in `lake` or `lake-operator` runs the binary of
 //!   that name built by this workspace; any other image cannot be pulled;
-//! - **filesystem**: each volume is a directory under the pod's directory, and every environment
-//!   value that names a mount path (or `file://` one) is rewritten to that directory;
+//! - **filesystem**: each volume is a directory under the pod's directory — a
+//!   PersistentVolumeClaim's is its bound volume's host path, so it outlives the pod — and every
+//!   environment value or argument that names a mount path (or `file://` one) is rewritten to
+//!   that directory;
 //! - **network**: each pod gets its own loopback address (`127.0.0.N`) as its pod IP, and a bind
 //!   to `0.0.0.0:P` in its environment becomes `<pod IP>:P`, as a network namespace would make it;
 //! - **workload identity** (the EKS pod-identity webhook's part): a ServiceAccount annotated with
@@ -30,6 +32,8 @@ pub struct PodInputs {
     pub projected_tokens: BTreeMap<(String, String), String>,
     /// The IRSA role and its web-identity token, when the ServiceAccount asks for one.
     pub irsa: Option<(String, String)>,
+    /// PersistentVolumeClaim name → the host path of the volume bound to it.
+    pub claims: BTreeMap<String, PathBuf>,
 }
 
 /// A file the launch needs, relative to the pod directory.
@@ -132,8 +136,12 @@ fn volumes(pod: &Pod, inputs: &PodInputs) -> Result<(Vec<PathBuf>, Vec<File>), L
         });
     };
     for volume in spec.and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+        // A claim's directory is its volume's, not the pod's (see `volume_hosts`).
+        if volume.persistent_volume_claim.is_some() {
+            continue;
+        }
         dirs.push(volume_dir(&volume.name));
-        if volume.empty_dir.is_some() || volume.persistent_volume_claim.is_some() {
+        if volume.empty_dir.is_some() {
             continue;
         }
         if let Some(source) = &volume.config_map {
@@ -213,22 +221,59 @@ fn volumes(pod: &Pod, inputs: &PodInputs) -> Result<(Vec<PathBuf>, Vec<File>), L
     Ok((dirs, files))
 }
 
-/// Mount path → host path (absolute, under `pod_dir`), longest mount path first.
-fn mounts(container: &Container, pod_dir: &Path) -> Vec<(String, PathBuf)> {
-    let mut mounts: Vec<(String, PathBuf)> = container
+/// Volume name → its host directory: under `pod_dir`, or for a claim its bound volume's path
+/// (a claim not bound yet keeps the pod waiting, as a kubelet would).
+fn volume_hosts(
+    pod: &Pod,
+    inputs: &PodInputs,
+    pod_dir: &Path,
+) -> Result<BTreeMap<String, PathBuf>, LaunchError> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes
+        .into_iter()
+        .flatten()
+        .map(|volume| {
+            let host = match &volume.persistent_volume_claim {
+                Some(claim) => inputs
+                    .claims
+                    .get(&claim.claim_name)
+                    .cloned()
+                    .ok_or_else(|| LaunchError::Missing {
+                        kind: "bound PersistentVolumeClaim",
+                        name: claim.claim_name.clone(),
+                    })?,
+                None => pod_dir.join(volume_dir(&volume.name)),
+            };
+            Ok((volume.name.clone(), host))
+        })
+        .collect()
+}
+
+/// Mount path → host path (absolute), longest mount path first.
+fn mounts(
+    container: &Container,
+    hosts: &BTreeMap<String, PathBuf>,
+) -> Result<Vec<(String, PathBuf)>, LaunchError> {
+    let mut mounts = container
         .volume_mounts
         .iter()
         .flatten()
         .map(|m| {
-            let mut host = pod_dir.join(volume_dir(&m.name));
+            let mut host = hosts
+                .get(&m.name)
+                .cloned()
+                .ok_or_else(|| LaunchError::Missing {
+                    kind: "volume",
+                    name: m.name.clone(),
+                })?;
             if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
                 host = host.join(sub);
             }
-            (m.mount_path.trim_end_matches('/').to_owned(), host)
+            Ok((m.mount_path.trim_end_matches('/').to_owned(), host))
         })
-        .collect();
+        .collect::<Result<Vec<_>, LaunchError>>()?;
     mounts.sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
-    mounts
+    Ok(mounts)
 }
 
 /// `value` with a mount path (at its start, or after `file://`) replaced by the host path, and
@@ -309,9 +354,10 @@ pub fn launches(
         return Err(LaunchError::Unsupported("init containers".into()));
     }
     let (dirs, mut files) = volumes(pod, inputs)?;
+    let hosts = volume_hosts(pod, inputs, pod_dir)?;
     let mut launches = Vec::new();
     for container in &spec.containers {
-        let mounts = mounts(container, pod_dir);
+        let mounts = mounts(container, &hosts)?;
         let image = container.image.clone().unwrap_or_default();
         let (program, mut args) = match container.command.as_deref() {
             Some([first, rest @ ..]) => {
@@ -486,6 +532,53 @@ mod tests {
         assert_eq!(
             rewrite("0.0.0.0:8815", &mounts, "127.0.0.9"),
             "127.0.0.9:8815"
+        );
+    }
+
+    #[test]
+    fn a_claim_is_its_bound_volumes_directory_and_waits_until_bound() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "dev-local-0", "namespace": "ns"},
+            "spec": {
+                "containers": [{"name": "lake", "image": "lake:1",
+                    "args": ["local", "--data", "/var/lib/lake/data"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/var/lib/lake"}]}],
+                "volumes": [{"name": "data",
+                    "persistentVolumeClaim": {"claimName": "data-dev-local-0"}}]
+            }
+        }))
+        .unwrap();
+        let pod_dir = Path::new("/pods/dev-local-0");
+        let unbound = launches(
+            &pod,
+            &PodInputs::default(),
+            &settings(),
+            pod_dir,
+            "127.0.0.9",
+        );
+        assert_eq!(
+            unbound.unwrap_err(),
+            LaunchError::Missing {
+                kind: "bound PersistentVolumeClaim",
+                name: "data-dev-local-0".into()
+            }
+        );
+        let inputs = PodInputs {
+            claims: BTreeMap::from([(
+                "data-dev-local-0".to_owned(),
+                PathBuf::from("/tmp/hostpath_pv/abc"),
+            )]),
+            ..Default::default()
+        };
+        let launch = &launches(&pod, &inputs, &settings(), pod_dir, "127.0.0.9").unwrap()[0];
+        assert_eq!(
+            launch.args,
+            ["local", "--data", "/tmp/hostpath_pv/abc/data"]
+        );
+        assert!(
+            launch.dirs.iter().all(|d| !d.ends_with("data")),
+            "a claim's directory is not the pod's: {:?}",
+            launch.dirs
         );
     }
 }

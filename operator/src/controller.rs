@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -101,6 +101,7 @@ pub async fn run(options: RunOptions) -> Result<(), RunError> {
     let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=lake-operator");
     let controller = Controller::new(clusters, watcher::Config::default().any_semantic())
         .owns(api::<Deployment>(&client, ns), owned.clone())
+        .owns(api::<StatefulSet>(&client, ns), owned.clone())
         .owns(api::<ConfigMap>(&client, ns), owned.clone())
         .owns(api::<Service>(&client, ns), owned.clone())
         .owns(api::<ServiceAccount>(&client, ns), owned.clone())

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod crd;
 pub mod leader;
 pub mod metrics;
+pub mod migration;
 pub mod plan;
 pub mod reconcile;
 pub mod render;

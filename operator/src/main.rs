@@ -322,7 +322,8 @@ fn render_file(file: &PathBuf, render: Render<'_>) -> ExitCode {
         Format::Manifests => {
             // Objects to apply by hand: nothing may stand in for what only reconcile learns,
             // and nothing owns them (no LakeCluster exists to own them).
-            if validated.uid.is_none() {
+            // A local lake has no tables, so no markers to match.
+            if validated.uid.is_none() && validated.local_volume.is_none() {
                 return fail(
                     "-o manifests needs --cluster-id: the pods refuse tables whose markers name \
                      another cluster (give the uid of the LakeCluster that created the tables)",

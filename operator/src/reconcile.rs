@@ -30,11 +30,14 @@ use crate::crd::{
     Condition, Endpoints, LakeCluster, LakeClusterStatus, PoliciesStatus, PolicyStatus,
     TableStatus, TablesStatus, TlsStatus, TokensStatus,
 };
+use crate::crd::{MigrationPhase, MigrationStatus};
 use crate::metrics::Metrics;
+use crate::migration::{self, MigrationError};
 use crate::plan::{self, IamInputs, LakePlan};
-use crate::render::{endpoint, workload_name};
+use crate::render::endpoint;
 use crate::status::{
-    self, Check, PLAN_VALID, POLICIES_READY, SELF_TEST_PASSED, TABLES_READY, WORKLOADS_READY,
+    self, Check, MIGRATION_COMPLETE, PLAN_VALID, POLICIES_READY, SELF_TEST_PASSED, TABLES_READY,
+    WORKLOADS_READY,
 };
 use crate::validate::{self, ValidatedCluster};
 
@@ -50,6 +53,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(300);
 pub enum ReconcileError {
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    #[error("migration: {0}")]
+    Migration(#[from] MigrationError),
     #[error("Kubernetes {operation} of LakeCluster {name}: {source}")]
     Kube {
         operation: &'static str,
@@ -63,6 +68,7 @@ impl ReconcileError {
     pub fn reason(&self) -> &'static str {
         match self {
             ReconcileError::Apply(e) => e.reason(),
+            ReconcileError::Migration(_) => "MigrationError",
             ReconcileError::Kube { .. } => "KubernetesError",
         }
     }
@@ -278,10 +284,24 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
         }
     };
     let failure = tables.failure.or(policies_check.1);
+    // A migration copies into the tables before any workload is pointed at them.
+    let mut migration = match (&failure, &validated.migration, clients.as_ref()) {
+        (None, Some(spec), Some(clients)) => {
+            Some(migration_step(ctx, cluster, &validated, spec, &clients.dynamodb).await?)
+        }
+        _ => None,
+    };
+    let cut_over = migration.as_ref().is_none_or(|m| {
+        matches!(
+            m.phase,
+            MigrationPhase::CuttingOver | MigrationPhase::Complete
+        )
+    });
     // Workloads only once the stores they point at exist and their roles may reach them.
-    let workloads = match &failure {
-        Some(_) => WorkloadsOutcome::waiting(),
-        None => {
+    let workloads = match (&failure, &migration) {
+        (Some(_), _) => WorkloadsOutcome::waiting(),
+        (None, Some(m)) if !cut_over => WorkloadsOutcome::migrating(m),
+        (None, _) => {
             let created_once = CreatedOnce {
                 tokens: &tokens,
                 tls: tls.as_ref(),
@@ -292,17 +312,33 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     facts.tokens = workloads.tokens.clone();
     facts.tls = workloads.tls.clone();
     let failure = failure.or(workloads.failure);
+    // Rolled out on the split tables: the cutover is complete.
+    if let Some(m) = migration.take() {
+        migration = Some(
+            if m.phase == MigrationPhase::CuttingOver && workloads.check.ok == Some(true) {
+                let done = migration::complete(m);
+                StatusCheckpoint::new(ctx, cluster).write(&done).await?;
+                done
+            } else {
+                m
+            },
+        );
+    }
+    let migration_check = migration.as_ref().map(migration_check);
+    facts.migration = migration;
 
     let ready = [&tables.check, &policies_check.0, &workloads.check]
-        .iter()
+        .into_iter()
+        .chain(migration_check.as_ref())
         .all(|c| c.ok == Some(true));
     // Once rolled out: the selftest Jobs (reported, not gating Ready).
     let self_test = if ready {
-        Some(self_test_step(ctx, &validated).await)
+        self_test_step(ctx, &validated).await
     } else {
         None
     };
     let mut checks = vec![plan_valid, tables.check, policies_check.0, workloads.check];
+    checks.extend(migration_check);
     checks.extend(self_test);
     write_status(ctx, cluster, &checks, generation, facts).await?;
     match failure {
@@ -562,6 +598,21 @@ impl WorkloadsOutcome {
             tls: None,
         }
     }
+    fn migrating(m: &MigrationStatus) -> Self {
+        Self {
+            check: Check::failed(
+                WORKLOADS_READY,
+                "MigrationInProgress",
+                format!(
+                    "the workloads wait for the migration's cutover (phase {})",
+                    m.phase
+                ),
+            ),
+            failure: None,
+            tokens: None,
+            tls: None,
+        }
+    }
     fn failed(e: ApplyError) -> Self {
         Self {
             check: Check::failed(WORKLOADS_READY, e.reason(), e.to_string()),
@@ -634,9 +685,8 @@ async fn workloads_step(
     }
     let mut notes = Vec::new();
     let mut all_ready = true;
-    for role in [Role::Query, Role::Metadata] {
-        let name = workload_name(validated, role);
-        match apply::workloads::rollout(&ctx.client, &validated.namespace, &name).await {
+    for workload in plan::workloads::rollouts(validated) {
+        match apply::workloads::rollout(&ctx.client, &validated.namespace, &workload).await {
             Ok((ready, note)) => {
                 all_ready &= ready;
                 notes.push(note);
@@ -663,21 +713,115 @@ async fn workloads_step(
     }
 }
 
-/// Runs (once per configuration) and reads the selftest Jobs of both roles.
-async fn self_test_step(ctx: &Context, validated: &ValidatedCluster) -> Check {
+/// Saves `status.migration` (merge patch, absent fields cleared) as the migration advances.
+struct StatusCheckpoint {
+    api: Api<LakeCluster>,
+    name: String,
+}
+
+impl StatusCheckpoint {
+    fn new(ctx: &Context, cluster: &LakeCluster) -> Self {
+        Self {
+            api: api(ctx, cluster),
+            name: cluster.name_any(),
+        }
+    }
+
+    async fn write(&self, status: &MigrationStatus) -> Result<(), MigrationError> {
+        let patch = json!({"status": {"migration": migration::patch_value(status)}});
+        self.api
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| MigrationError::Checkpoint {
+                source: Box::new(e),
+            })
+    }
+}
+
+impl migration::Checkpoint for StatusCheckpoint {
+    fn save<'a>(
+        &'a self,
+        status: &'a MigrationStatus,
+    ) -> futures::future::BoxFuture<'a, Result<(), MigrationError>> {
+        Box::pin(self.write(status))
+    }
+}
+
+/// Advances the migration from the status the cluster records (resuming where it stopped).
+async fn migration_step(
+    ctx: &Context,
+    cluster: &LakeCluster,
+    validated: &ValidatedCluster,
+    spec: &validate::Migration,
+    dynamodb: &aws_sdk_dynamodb::Client,
+) -> Result<MigrationStatus, MigrationError> {
+    let previous = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.migration.clone())
+        .unwrap_or_default();
+    let (Some(registry), Some(manifest)) = (
+        plan::tables::tables(validated)
+            .iter()
+            .find(|t| t.authority == lake_common::schema::Authority::Registry)
+            .map(|t| t.name.clone()),
+        plan::tables::tables(validated)
+            .iter()
+            .find(|t| t.authority == lake_common::schema::Authority::Manifests)
+            .map(|t| t.name.clone()),
+    ) else {
+        return Ok(previous);
+    };
+    let tables = migration::Tables {
+        source: spec.source_table.clone(),
+        manifest,
+        registry,
+    };
+    let consent = migration::Consent {
+        approval: spec.approval,
+        approved_digest: cluster.annotations().get(migration::APPROVE).cloned(),
+    };
+    let checkpoint = StatusCheckpoint::new(ctx, cluster);
+    migration::advance(dynamodb, &tables, &consent, previous, &checkpoint).await
+}
+
+fn migration_check(m: &MigrationStatus) -> Check {
+    let message = m.message.clone().unwrap_or_default();
+    match m.phase {
+        MigrationPhase::Complete => Check::ok(MIGRATION_COMPLETE, "Complete", message),
+        MigrationPhase::Failed => Check::failed(
+            MIGRATION_COMPLETE,
+            "MigrationFailed",
+            format!(
+                "failed in {}: {message}",
+                m.failed_in.unwrap_or(MigrationPhase::Pending)
+            ),
+        ),
+        phase => Check::failed(MIGRATION_COMPLETE, &phase.to_string(), message),
+    }
+}
+
+/// Runs (once per configuration) and reads the selftest Jobs of both roles; `None` when the
+/// cluster has none (a local lake).
+async fn self_test_step(ctx: &Context, validated: &ValidatedCluster) -> Option<Check> {
+    let jobs = plan::selftest::jobs(validated);
+    if jobs.is_empty() {
+        return None;
+    }
     let mut outcomes = Vec::new();
-    for (role, job) in plan::selftest::jobs(validated) {
+    for (role, job) in jobs {
         let name = job.metadata.name.clone().unwrap_or_default();
         match apply::selftest::ensure(&ctx.client, &validated.namespace, &job).await {
             Ok(outcome) => outcomes.push((role, name, outcome)),
-            Err(e) => return Check::unknown(SELF_TEST_PASSED, e.reason(), e.to_string()),
+            Err(e) => return Some(Check::unknown(SELF_TEST_PASSED, e.reason(), e.to_string())),
         }
     }
-    match apply::selftest::summary(&outcomes) {
+    Some(match apply::selftest::summary(&outcomes) {
         (true, _, message) => Check::ok(SELF_TEST_PASSED, "Passed", message),
         (_, true, message) => Check::failed(SELF_TEST_PASSED, "SelfTestFailed", message),
         (_, _, message) => Check::unknown(SELF_TEST_PASSED, "Running", message),
-    }
+    })
 }
 
 /// The checks of the current status (kept as they are while paused).
@@ -687,8 +831,10 @@ fn previous_checks(cluster: &LakeCluster) -> Vec<Check> {
         .as_ref()
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
+    let migrating = previous.iter().any(|c| c.type_ == MIGRATION_COMPLETE);
     [TABLES_READY, POLICIES_READY, WORKLOADS_READY]
         .into_iter()
+        .chain(migrating.then_some(MIGRATION_COMPLETE))
         .map(|t| match previous.iter().find(|c| c.type_ == t) {
             Some(c) => Check {
                 type_: t,
@@ -714,6 +860,8 @@ struct Facts {
     policies: Option<PoliciesStatus>,
     tokens: Option<TokensStatus>,
     tls: Option<TlsStatus>,
+    /// `None`: kept as found (this pass did not run the migration).
+    migration: Option<MigrationStatus>,
 }
 
 impl Facts {
@@ -726,6 +874,7 @@ impl Facts {
             policies: status.policies,
             tokens: status.tokens,
             tls: status.tls,
+            migration: status.migration,
         }
     }
 }
@@ -775,8 +924,10 @@ async fn write_status(
         policies: facts.policies,
         tokens: facts.tokens,
         tls: facts.tls,
-        // Not reconciled yet: kept as found.
-        migration: previous.migration.clone(),
+        migration: facts
+            .migration
+            .clone()
+            .or_else(|| previous.migration.clone()),
     };
     let events: Vec<Condition> = status::transitions(&previous.conditions, &next.conditions)
         .into_iter()
@@ -800,6 +951,10 @@ async fn write_status(
             if absent {
                 fields.insert(field.to_owned(), serde_json::Value::Null);
             }
+        }
+        // The checkpoints wrote it since the pass began: sent whole, with its absent fields.
+        if let Some(m) = &next.migration {
+            fields.insert("migration".to_owned(), migration::patch_value(m));
         }
     }
     api(ctx, cluster)

@@ -32,7 +32,9 @@ pub struct RenderedRole {
     pub endpoint: String,
     /// What the role may connect to.
     pub connection: RolePlan,
-    /// The role's ConfigMap data (`LAKE_*`).
+    /// The role's ConfigMap data (`LAKE_*`); none for a local lake, whose one pod runs
+    /// `lake local` with flags (see its StatefulSet).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<&'static str, String>,
 }
 
@@ -78,7 +80,10 @@ pub fn render<'a>(cluster: &'a ValidatedCluster, inputs: &IamInputs) -> Rendered
             let config = runtime_config(cluster, role);
             let rendered = RenderedRole {
                 endpoint: endpoint(cluster, role),
-                config: config.to_vars(),
+                config: match cluster.local_volume {
+                    Some(_) => BTreeMap::new(),
+                    None => config.to_vars(),
+                },
                 connection: config.plan,
             };
             (role, rendered)

@@ -13,19 +13,29 @@ pub const READY: &str = "Ready";
 /// `lake selftest` in each role's pod environment after a rollout: reported, not gating Ready
 /// (on an AWS that enforces no IAM, query's selftest fails, and the lake still serves).
 pub const SELF_TEST_PASSED: &str = "SelfTestPassed";
+/// A `spec.migration` cut over (only reported with one). Gates Ready: a lake whose data is
+/// still in the legacy table is not ready.
+pub const MIGRATION_COMPLETE: &str = "MigrationComplete";
 
 /// The order conditions are reported in; Ready is always last.
-pub const ORDER: [&str; 6] = [
+pub const ORDER: [&str; 7] = [
     PLAN_VALID,
     TABLES_READY,
     POLICIES_READY,
+    MIGRATION_COMPLETE,
     WORKLOADS_READY,
     SELF_TEST_PASSED,
     READY,
 ];
 
 /// The checks Ready waits for.
-const GATING: [&str; 4] = [PLAN_VALID, TABLES_READY, POLICIES_READY, WORKLOADS_READY];
+const GATING: [&str; 5] = [
+    PLAN_VALID,
+    TABLES_READY,
+    POLICIES_READY,
+    MIGRATION_COMPLETE,
+    WORKLOADS_READY,
+];
 
 /// One observation: `Some(true)` True, `Some(false)` False, `None` Unknown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +95,7 @@ pub fn ready(checks: &[Check]) -> Check {
                 TABLES_READY => "TablesNotReady",
                 POLICIES_READY => "PoliciesNotReady",
                 WORKLOADS_READY => "WorkloadsNotReady",
+                MIGRATION_COMPLETE => "MigrationNotComplete",
                 _ => "NotReady",
             };
             Check::failed(

@@ -42,6 +42,96 @@ pub struct ValidatedCluster {
     pub delete_adopted_tables: bool,
     pub paused: bool,
     pub tls: TlsMode,
+    /// The PersistentVolumeClaim of a local (development) lake; `None` on S3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_volume: Option<LocalVolume>,
+}
+
+/// The claim a local lake's one pod keeps its directory on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalVolume {
+    pub size: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Query pods when `spec.query.replicas` is unset (S3; a local lake has exactly one pod).
+const DEFAULT_QUERY_REPLICAS: i32 = 2;
+
+/// A Kubernetes quantity as a claim's size: digits, an optional fraction, a binary or decimal
+/// suffix (`500Mi`, `1.5Gi`, `10G`).
+fn is_quantity(value: &str) -> bool {
+    let number_end = value
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(value.len());
+    let (number, suffix) = value.split_at(number_end);
+    let mut parts = number.split('.');
+    let whole = parts.next().unwrap_or_default();
+    let fraction = parts.next();
+    !whole.is_empty()
+        && whole.chars().all(|c| c.is_ascii_digit())
+        && fraction.is_none_or(|f| !f.is_empty())
+        && parts.next().is_none()
+        && [
+            "", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E",
+        ]
+        .contains(&suffix)
+        && number.chars().any(|c| c != '0' && c != '.')
+}
+
+/// A StorageClass name (an RFC 1123 subdomain).
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
+/// What a local lake's one pod (both roles, `lake local`) cannot honour.
+fn check_local(spec: &crate::crd::LakeClusterSpec, errors: &mut Vec<PlanError>) {
+    let Some(local) = &spec.storage.local else {
+        return;
+    };
+    let one_pod = "local storage runs both roles in one pod (a development lake)";
+    if let Some(replicas) = spec.query.replicas.filter(|r| *r != 1) {
+        errors.push(PlanError::InvalidField {
+            field: "spec.query.replicas".into(),
+            value: replicas.to_string(),
+            reason: format!("{one_pod}: set 1 or leave it unset"),
+        });
+    }
+    if spec.query.image != spec.metadata.image && !spec.query.image.trim().is_empty() {
+        errors.push(PlanError::InvalidField {
+            field: "spec.query.image".into(),
+            value: spec.query.image.clone(),
+            reason: format!(
+                "{one_pod}, which runs spec.metadata.image ({:?}): set the same image",
+                spec.metadata.image
+            ),
+        });
+    }
+    if spec.query.resources.is_some() {
+        errors.push(PlanError::NotAllowed {
+            field: "spec.query.resources".into(),
+            reason: format!("{one_pod}: set its resources in spec.metadata.resources"),
+        });
+    }
+    if !is_quantity(&local.size) {
+        errors.push(PlanError::InvalidField {
+            field: "spec.storage.local.size".into(),
+            value: local.size.clone(),
+            reason: "must be a Kubernetes quantity above zero, e.g. 10Gi or 500Mi".into(),
+        });
+    }
+    if let Some(class) = local
+        .storage_class_name
+        .as_ref()
+        .filter(|c| !is_dns_subdomain(c))
+    {
+        errors.push(PlanError::InvalidField {
+            field: "spec.storage.local.storageClassName".into(),
+            value: class.clone(),
+            reason: "must be a StorageClass name: dot-separated parts of a-z, 0-9 and '-'".into(),
+        });
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -151,13 +241,14 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             });
         }
     }
-    if spec.query.replicas < 1 {
+    if let Some(replicas) = spec.query.replicas.filter(|r| *r < 1) {
         errors.push(PlanError::InvalidField {
             field: "spec.query.replicas".into(),
-            value: spec.query.replicas.to_string(),
+            value: replicas.to_string(),
             reason: "must be at least 1: a lake without a query replica serves no reads".into(),
         });
     }
+    check_local(spec, &mut errors);
     for (field, image) in [
         ("spec.query.image", &spec.query.image),
         ("spec.metadata.image", &spec.metadata.image),
@@ -219,7 +310,10 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             uid: cluster.metadata.uid.clone(),
             authority,
             query: QueryWorkload {
-                replicas: spec.query.replicas,
+                replicas: match spec.storage.local {
+                    Some(_) => 1,
+                    None => spec.query.replicas.unwrap_or(DEFAULT_QUERY_REPLICAS),
+                },
                 image: spec.query.image.clone(),
                 service_type: spec
                     .query
@@ -253,6 +347,10 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             delete_adopted_tables: spec.tables.delete_adopted,
             paused: spec.paused,
             tls: spec.tls,
+            local_volume: spec.storage.local.as_ref().map(|local| LocalVolume {
+                size: local.size.clone(),
+                storage_class_name: local.storage_class_name.clone(),
+            }),
         }),
         _ => Err(PlanErrors(errors)),
     }
@@ -350,5 +448,95 @@ spec:
         }
         let arn = "arn:aws:iam::123456789012:role/team/lake-query";
         assert!(validate(&cluster("data", arn, "lake-metadata")).is_ok());
+    }
+
+    fn local(extra_query: &str, local_extra: &str) -> LakeCluster {
+        serde_yaml::from_str(&format!(
+            r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: dev, namespace: data}}
+spec:
+  storage: {{local: {{path: /var/lib/lake{local_extra}}}}}
+  query: {{image: lake:1{extra_query}}}
+  metadata: {{image: lake:1}}
+"#
+        ))
+        .unwrap()
+    }
+
+    fn fields(errors: &PlanErrors) -> Vec<String> {
+        errors
+            .iter()
+            .map(|e| {
+                e.to_string()
+                    .split(':')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_local_lake_is_one_pod_with_a_claim() {
+        let ok = validate(&local("", "")).unwrap();
+        assert_eq!(ok.query.replicas, 1, "one pod serves both roles");
+        assert_eq!(
+            ok.local_volume,
+            Some(LocalVolume {
+                size: "1Gi".into(),
+                storage_class_name: None
+            })
+        );
+        assert!(
+            validate(&local(
+                ", replicas: 1",
+                ", size: 1.5Gi, storageClassName: fast"
+            ))
+            .is_ok()
+        );
+        let s3 = validate(&cluster("data", "q", "m")).unwrap();
+        assert_eq!(s3.query.replicas, 2, "the default on S3");
+        assert_eq!(s3.local_volume, None);
+    }
+
+    #[test]
+    fn what_one_local_pod_cannot_honour_is_refused_by_field() {
+        for (query, storage, field) in [
+            (", replicas: 2", "", "spec.query.replicas"),
+            (", resources: {}", "", "spec.query.resources"),
+            ("", ", size: 10", "ok"),
+            ("", ", size: 0Gi", "spec.storage.local.size"),
+            ("", ", size: 1GB", "spec.storage.local.size"),
+            ("", ", size: '-1Gi'", "spec.storage.local.size"),
+            ("", ", size: 1.Gi", "spec.storage.local.size"),
+            (
+                "",
+                ", storageClassName: Fast_SSD",
+                "spec.storage.local.storageClassName",
+            ),
+        ] {
+            let result = validate(&local(query, storage));
+            match field {
+                "ok" => assert!(result.is_ok(), "{query}{storage}: {result:?}"),
+                _ => {
+                    let errors = result.expect_err(field);
+                    assert!(
+                        fields(&errors).iter().any(|f| f.contains(field)),
+                        "{errors:?}"
+                    );
+                }
+            }
+        }
+        let mut other_image = local("", "");
+        other_image.spec.query.image = "lake:2".into();
+        let errors = validate(&other_image).unwrap_err();
+        assert!(
+            fields(&errors)
+                .iter()
+                .any(|f| f.contains("spec.query.image")),
+            "{errors:?}"
+        );
     }
 }

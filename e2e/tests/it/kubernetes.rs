@@ -193,6 +193,35 @@ impl Lake {
     }
 
     fn apply_named(name: &str, aws: &Aws, spec_extra: &str) -> Self {
+        let storage = format!(
+            r#"  storage:
+    s3:
+      bucket: {name}-bucket
+      prefix: warehouse
+      region: {region}
+      endpoint: {endpoint}
+  iam:
+    queryRole: {name}-query-role
+    metadataRole: {name}-metadata-role
+  query:
+    replicas: 1
+"#,
+            region = Moto::REGION,
+            endpoint = aws.endpoint,
+        );
+        Self::apply_spec(name, aws, &storage, spec_extra)
+    }
+
+    /// A local (development) lake: one pod running both roles on a claim of its own.
+    fn apply_local(spec_extra: &str) -> Self {
+        let storage =
+            "  storage:\n    local:\n      path: /var/lib/lake\n      size: 64Mi\n  query:\n";
+        Self::apply_spec(&unique("dev"), &Aws::shared(), storage, spec_extra)
+    }
+
+    /// A namespace, the operator for it, and a LakeCluster `name` with `storage` (YAML under
+    /// `spec:`, ending inside `query:`) and `spec_extra` applied with kubectl.
+    fn apply_spec(name: &str, aws: &Aws, storage: &str, spec_extra: &str) -> Self {
         agent();
         let namespace = unique("e2e");
         let name = name.to_owned();
@@ -208,23 +237,10 @@ metadata:
   name: {name}
   namespace: {namespace}
 spec:
-  storage:
-    s3:
-      bucket: {name}-bucket
-      prefix: warehouse
-      region: {region}
-      endpoint: {endpoint}
-  iam:
-    queryRole: {name}-query-role
-    metadataRole: {name}-metadata-role
-  query:
-    replicas: 1
-    image: ghcr.io/acme/lake:1
+{storage}    image: ghcr.io/acme/lake:1
   metadata:
     image: ghcr.io/acme/lake:1
-{spec_extra}"#,
-            region = Moto::REGION,
-            endpoint = aws.endpoint,
+{spec_extra}"#
         );
         let out = control_plane().run(&["apply", "-f", "-"], Some(&manifest));
         assert!(out.status.success(), "{}", output_text(&out));
@@ -261,7 +277,14 @@ spec:
             &control_plane().run(&["describe", "lakecluster", &self.name, "-n", ns], None),
         );
         let objects = output_text(&control_plane().run(
-            &["get", "deploy,rs,pods,secrets", "-n", ns, "-o", "wide"],
+            &[
+                "get",
+                "deploy,sts,rs,pods,pvc,secrets",
+                "-n",
+                ns,
+                "-o",
+                "wide",
+            ],
             None,
         ));
         let pods = kubectl(&[
@@ -1102,4 +1125,125 @@ fn the_node_agent_completes_jobs() {
         );
     }
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// The development mode: a local lake is one StatefulSet pod running both roles (`lake local`)
+/// on a PersistentVolumeClaim the control plane provisions. Rows written before the pod is
+/// deleted are read from its replacement; deleting the lake (deletionPolicy Delete) deletes the
+/// claim and its volume's directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2e_local_dev_mode_survives_restart() {
+    let started = Instant::now();
+    let lake = Lake::apply_local("  deletionPolicy: Delete\n");
+    lake.wait_ready(180);
+    eprintln!("kubectl apply → Ready in {:?}", started.elapsed());
+    let (ns, name) = (lake.namespace.clone(), lake.name.clone());
+    let jsonpath = |kind: &str, object: &str, path: &str| {
+        kubectl(&[
+            "get",
+            kind,
+            object,
+            "-n",
+            &ns,
+            "-o",
+            &format!("jsonpath={path}"),
+        ])
+    };
+    let pod = format!("{name}-local-0");
+    let claim = format!("data-{pod}");
+    assert_eq!(jsonpath("pvc", &claim, "{.status.phase}"), "Bound");
+    let volume = jsonpath("pvc", &claim, "{.spec.volumeName}");
+    let dir = kubectl(&["get", "pv", &volume, "-o", "jsonpath={.spec.hostPath.path}"]);
+    assert!(dir.starts_with("/tmp/hostpath_pv/"), "{dir}");
+    // One pod, no per-role Deployments, no selftest Jobs (the stores are its own files).
+    let deployments = kubectl(&["get", "deploy,jobs", "-n", &ns, "-o", "name"]);
+    assert!(deployments.trim().is_empty(), "{deployments}");
+    let conditions = jsonpath("lake", &name, "{.status.conditions[*].type}");
+    assert!(!conditions.contains("SelfTestPassed"), "{conditions}");
+
+    let ip = || jsonpath("pod", &pod, "{.status.podIP}");
+    let first_ip = ip();
+    let (query, metadata) = (
+        Lake::url(&first_ip, "query"),
+        Lake::url(&first_ip, "metadata"),
+    );
+    // Each endpoint checks its own tokens: both Secrets, one process, one certificate
+    // carrying both Services' names (the clients verify each port against its own name).
+    let (ok, out, err) = lake.client(&[
+        "e2e/tests/it/clients.py",
+        &metadata,
+        &lake.token("metadata"),
+        &query,
+        &lake.token("query"),
+    ]);
+    assert!(
+        ok,
+        "{}",
+        lake.diagnostics(&format!("clients:\n{out}\n{err}"))
+    );
+    let (ok, out, err) = lake.client(&[
+        "e2e/tests/it/token_check.py",
+        &metadata,
+        &lake.token("metadata"),
+        &lake.token("query"),
+    ]);
+    assert!(
+        ok,
+        "a query token must not open metadata: {}",
+        lake.diagnostics(&format!("{out}\n{err}"))
+    );
+
+    // Restart: the StatefulSet brings back a pod of the same name on the same claim.
+    let old_uid = jsonpath("pod", &pod, "{.metadata.uid}");
+    lake.kubectl_ok(&["delete", "pod", &pod, "-n", &ns, "--timeout=60s"]);
+    eventually("the pod was not replaced", 90, || {
+        let out = control_plane().run(
+            &[
+                "get",
+                "pod",
+                &pod,
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ],
+            None,
+        );
+        out.status.success() && !String::from_utf8_lossy(&out.stdout).contains(&old_uid)
+    });
+    lake.kubectl_ok(&[
+        "wait",
+        "--for=condition=Ready",
+        &format!("pod/{pod}"),
+        "-n",
+        &ns,
+        "--timeout=90s",
+    ]);
+    lake.wait_ready(90);
+    let (ok, out, err) = lake.client(&[
+        "e2e/tests/it/token_check.py",
+        &Lake::url(&ip(), "query"),
+        &lake.token("query"),
+        &lake.token("metadata"),
+    ]);
+    assert!(
+        ok,
+        "the rows written before the restart: {}",
+        lake.diagnostics(&format!("{out}\n{err}"))
+    );
+    assert!(
+        std::path::Path::new(&dir).join("_lake").is_dir(),
+        "the stores live on the claim's volume ({dir})"
+    );
+
+    // deletionPolicy Delete: the claim goes with the lake, and the volume's directory with it.
+    kubectl(&["delete", "lakecluster", &name, "-n", &ns, "--timeout=120s"]);
+    eventually("the claim's directory is still there", 120, || {
+        !std::path::Path::new(&dir).exists()
+    });
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+    eprintln!(
+        "e2e_local_dev_mode_survives_restart: {:?}",
+        started.elapsed()
+    );
 }

@@ -44,7 +44,7 @@ fn issue(
     let ca_cert = ca.self_signed(&ca_key)?;
     let issuer = Issuer::new(ca, ca_key);
     let mut data = BTreeMap::new();
-    for (role, names) in &plan.roles {
+    for (stem, names) in &plan.certs {
         let mut leaf = CertificateParams::new(names.clone())?;
         leaf.distinguished_name
             .push(DnType::CommonName, names[0].clone());
@@ -54,7 +54,7 @@ fn issue(
         validity(&mut leaf);
         let key = KeyPair::generate()?;
         let cert = leaf.signed_by(&key, &issuer)?;
-        let (cert_name, key_name) = cert_key(*role);
+        let (cert_name, key_name) = cert_key(stem);
         data.insert(cert_name, ByteString(cert.pem().into_bytes()));
         data.insert(key_name, ByteString(key.serialize_pem().into_bytes()));
     }
@@ -166,9 +166,12 @@ mod tests {
         let plan = TlsPlan {
             secret: Default::default(),
             ca_config_map: Default::default(),
-            roles: vec![
-                (Role::Query, vec!["dev-query.ns.svc".into()]),
-                (Role::Metadata, vec!["dev-metadata.ns.svc".into()]),
+            certs: vec![
+                (Role::Query.to_string(), vec!["dev-query.ns.svc".into()]),
+                (
+                    Role::Metadata.to_string(),
+                    vec!["dev-metadata.ns.svc".into()],
+                ),
             ],
         };
         let (ca, data) = issue(&plan, "ns/dev").unwrap();

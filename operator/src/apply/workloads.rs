@@ -1,7 +1,7 @@
 //! Kubernetes objects: server-side apply (field manager `lake-operator`), but only for objects
 //! whose live state lacks something the plan sets, so a converged cluster is never written.
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Resource};
 use serde::Serialize;
@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::error::ApplyError;
 use crate::plan::Object;
 use crate::plan::tables::MANAGER;
+use crate::plan::workloads::Rollout;
 
 /// Whether every field `desired` sets has the same value in `live` (the API server adds
 /// defaults and status; those are not differences).
@@ -96,6 +97,7 @@ pub async fn ensure(
             Object::ConfigMap(o) => ensure_one(client, namespace, o).await?,
             Object::ServiceAccount(o) => ensure_one(client, namespace, o).await?,
             Object::Deployment(o) => ensure_one(client, namespace, o).await?,
+            Object::StatefulSet(o) => ensure_one(client, namespace, o).await?,
             Object::Service(o) => ensure_one(client, namespace, o).await?,
             Object::PodDisruptionBudget(o) => ensure_one(client, namespace, o).await?,
             Object::NetworkPolicy(o) => ensure_one(client, namespace, o).await?,
@@ -107,44 +109,102 @@ pub async fn ensure(
     Ok(written)
 }
 
-/// Rollout state of one Deployment: (ready, human summary).
+async fn get<K>(client: &Client, namespace: &str, name: &str) -> Result<Option<K>, ApplyError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    api.get_opt(name).await.map_err(|source| ApplyError::Kube {
+        operation: "get",
+        kind: K::kind(&K::DynamicType::default()).into_owned(),
+        name: name.to_owned(),
+        source: Box::new(source),
+    })
+}
+
+/// Counts of a rollout, as a Deployment or StatefulSet reports them.
+struct Progress {
+    generation: i64,
+    observed: i64,
+    want: i32,
+    available: i32,
+    updated: i32,
+    /// A StatefulSet's pods all run its newest revision.
+    on_latest_revision: bool,
+}
+
+fn summary(kind: &str, name: &str, p: &Progress) -> (bool, String) {
+    let Progress {
+        generation,
+        observed,
+        want,
+        available,
+        updated,
+        on_latest_revision,
+    } = *p;
+    if observed < generation {
+        return (false, format!("{kind} {name}: rollout not observed yet"));
+    }
+    if updated < want || available < want || !on_latest_revision {
+        return (
+            false,
+            format!("{kind} {name}: {available}/{want} available, {updated} updated"),
+        );
+    }
+    (true, format!("{kind} {name}: {available}/{want} available"))
+}
+
+/// Rollout state of one workload: (ready, human summary).
 pub async fn rollout(
     client: &Client,
     namespace: &str,
-    name: &str,
+    workload: &Rollout,
 ) -> Result<(bool, String), ApplyError> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let Some(deployment) = api.get_opt(name).await.map_err(|source| ApplyError::Kube {
-        operation: "get",
-        kind: "Deployment".into(),
-        name: name.to_owned(),
-        source: Box::new(source),
-    })?
-    else {
-        return Ok((false, format!("Deployment {name} does not exist yet")));
+    let progress = match workload {
+        Rollout::Deployment(name) => {
+            let Some(deployment) = get::<Deployment>(client, namespace, name).await? else {
+                return Ok((false, format!("Deployment {name} does not exist yet")));
+            };
+            let status = deployment.status.unwrap_or_default();
+            (
+                "Deployment",
+                name,
+                Progress {
+                    generation: deployment.metadata.generation.unwrap_or_default(),
+                    observed: status.observed_generation.unwrap_or_default(),
+                    want: deployment.spec.replicas.unwrap_or(1),
+                    available: status.available_replicas.unwrap_or_default(),
+                    updated: status.updated_replicas.unwrap_or_default(),
+                    on_latest_revision: true,
+                },
+            )
+        }
+        Rollout::StatefulSet(name) => {
+            let Some(set) = get::<StatefulSet>(client, namespace, name).await? else {
+                return Ok((false, format!("StatefulSet {name} does not exist yet")));
+            };
+            let status = set.status.unwrap_or_default();
+            (
+                "StatefulSet",
+                name,
+                Progress {
+                    generation: set.metadata.generation.unwrap_or_default(),
+                    observed: status.observed_generation.unwrap_or_default(),
+                    want: set.spec.replicas.unwrap_or(1),
+                    available: status.available_replicas.unwrap_or_default(),
+                    updated: status.updated_replicas.unwrap_or_default(),
+                    on_latest_revision: status.update_revision.is_some()
+                        && status.current_revision == status.update_revision,
+                },
+            )
+        }
     };
-    let generation = deployment.metadata.generation.unwrap_or_default();
-    let want = deployment.spec.replicas.unwrap_or(1);
-    let status = deployment.status.unwrap_or_default();
-    let observed = status.observed_generation.unwrap_or_default();
-    let available = status.available_replicas.unwrap_or_default();
-    let updated = status.updated_replicas.unwrap_or_default();
-    if observed < generation {
-        return Ok((
-            false,
-            format!("Deployment {name}: rollout not observed yet"),
-        ));
-    }
-    if updated < want || available < want {
-        return Ok((
-            false,
-            format!("Deployment {name}: {available}/{want} available, {updated} updated"),
-        ));
-    }
-    Ok((
-        true,
-        format!("Deployment {name}: {available}/{want} available"),
-    ))
+    let (kind, name, progress) = progress;
+    Ok(summary(kind, name, &progress))
 }
 
 #[cfg(test)]

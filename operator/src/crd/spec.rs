@@ -108,10 +108,27 @@ pub struct S3StorageSpec {
     pub endpoint: Option<String>,
 }
 
+/// A development lake in Kubernetes: one StatefulSet pod runs both roles (`lake local`) on a
+/// PersistentVolumeClaim of its own.
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName)")
+    .message("spec.storage.local.storageClassName cannot be added or removed once the lake exists"))]
+#[serde(rename_all = "camelCase")]
 pub struct LocalStorageSpec {
-    /// An absolute path inside the workloads' data volume.
+    /// An absolute path: where the claim is mounted in the pod.
     pub path: String,
+    /// The claim's size (a Kubernetes quantity, e.g. `10Gi`). Fixed once the claim exists.
+    #[serde(default = "default_local_size")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.storage.local.size is fixed once set: resize the PersistentVolumeClaim itself"))]
+    pub size: String,
+    /// The claim's StorageClass; the cluster's default one when unset. Fixed once set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.storage.local.storageClassName is fixed once set"))]
+    pub storage_class_name: Option<String>,
+}
+
+fn default_local_size() -> String {
+    "1Gi".into()
 }
 
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
@@ -158,31 +175,18 @@ fn default_true() -> bool {
     true
 }
 
-#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
 pub struct QuerySpec {
-    #[serde(default = "default_query_replicas")]
+    /// Query pods behind the query Service: 2 by default on S3; local storage runs one pod for
+    /// both roles, so there it may only be 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
-    pub replicas: i32,
+    pub replicas: Option<i32>,
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
-}
-
-fn default_query_replicas() -> i32 {
-    2
-}
-
-impl Default for QuerySpec {
-    fn default() -> Self {
-        Self {
-            replicas: default_query_replicas(),
-            image: String::new(),
-            resources: None,
-            service: None,
-        }
-    }
 }
 
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]

@@ -109,18 +109,85 @@ pub struct PolicyStatus {
     pub trust_policy: Option<String>,
 }
 
+/// Where a migration from a lake v1 shared table stands. Written before each step, so a
+/// restarted operator resumes from here.
 #[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct MigrationStatus {
-    /// Pending, Copying, Verifying, AwaitingApproval, CutOver, Failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    #[serde(default)]
+    pub phase: MigrationPhase,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_table: Option<String>,
+    /// Items written to the split tables so far (every segment).
     #[serde(default)]
     pub copied_items: i64,
+    /// Items of the legacy table, once every segment was scanned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_items: Option<i64>,
+    /// `copied/total` and what the phase is doing or why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// One checkpoint per segment of the parallel scan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<SegmentStatus>,
+    /// The digest of the verified copy: the value `lake.dev/approve-migration` must carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_digest: Option<String>,
+    /// With `Failed`: the phase that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_in: Option<MigrationPhase>,
+    /// How many times segments were copied again because the legacy table changed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recopies: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MigrationPhase {
+    #[default]
+    Pending,
+    Copying,
+    Verifying,
+    AwaitingApproval,
+    CuttingOver,
+    Complete,
+    Failed,
+}
+
+impl std::fmt::Display for MigrationPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// One segment of the legacy table's parallel scan: how far the copy got, and the digest of
+/// every item it read (to tell a changed source from a corrupted copy).
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentStatus {
+    pub segment: i32,
+    #[serde(default)]
+    pub done: bool,
+    /// Items read from the legacy table.
+    #[serde(default)]
+    pub scanned: i64,
+    /// Items written (or found already written, identical) in the split tables.
+    #[serde(default)]
+    pub copied: i64,
+    /// The scan's next start (DynamoDB's LastEvaluatedKey, as `base_uri`/`version`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_key: Option<ScanKey>,
+    /// The digest of the items read (hex).
+    #[serde(default)]
+    pub digest: String,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScanKey {
+    pub base_uri: String,
+    pub version: String,
 }

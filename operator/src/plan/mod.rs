@@ -3,6 +3,7 @@
 //! Reconcile applies it; `lake-operator render` prints it.
 
 pub mod iam;
+pub mod local;
 pub mod selftest;
 pub mod tables;
 pub mod tls;

@@ -59,7 +59,11 @@ pub fn job(cluster: &ValidatedCluster, role: Role) -> Job {
     }
 }
 
+/// Both roles' Jobs; none for a local lake (its stores are files only its one pod may open).
 pub fn jobs(cluster: &ValidatedCluster) -> Vec<(Role, Job)> {
+    if cluster.local_volume.is_some() {
+        return Vec::new();
+    }
     [Role::Query, Role::Metadata]
         .into_iter()
         .map(|role| (role, job(cluster, role)))

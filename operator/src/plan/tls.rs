@@ -1,5 +1,5 @@
 //! TLS on both Flight endpoints (unless `spec.tls: Disabled`): a CA of the cluster's own signs
-//! one serving certificate per role. The certificates and keys are random, so the plan holds
+//! one serving certificate per role (a local lake's one pod: one carrying both roles' names). The certificates and keys are random, so the plan holds
 //! only names, mounts and the names each certificate must carry; reconcile draws them once
 //! (`apply::tls`). The CA's key is discarded once both certificates are signed, so nobody —
 //! not even the operator — can sign another certificate this cluster's clients would trust.
@@ -17,9 +17,9 @@ pub const TLS_DIR: &str = "/var/run/secrets/lake-tls";
 /// The CA certificate's key in the Secret and in the public ConfigMap.
 pub const CA_KEY: &str = "ca.crt";
 
-/// The Secret's keys for `role`'s certificate and key.
-pub fn cert_key(role: Role) -> (String, String) {
-    (format!("{role}.crt"), format!("{role}.key"))
+/// The Secret's keys for the certificate and key named `stem` (a role, or `local`).
+pub fn cert_key(stem: &str) -> (String, String) {
+    (format!("{stem}.crt"), format!("{stem}.key"))
 }
 
 /// The files the runtime reads (`LAKE_TLS_CERT_FILE`, `LAKE_TLS_KEY_FILE`).
@@ -55,8 +55,8 @@ pub fn dns_names(cluster: &ValidatedCluster, role: Role) -> Vec<String> {
 pub struct TlsPlan {
     pub secret: ObjectMeta,
     pub ca_config_map: ObjectMeta,
-    /// Each role and the names its certificate carries.
-    pub roles: Vec<(Role, Vec<String>)>,
+    /// Each certificate's stem (see [`cert_key`]) and the names it carries.
+    pub certs: Vec<(String, Vec<String>)>,
 }
 
 pub fn tls(cluster: &ValidatedCluster) -> Option<TlsPlan> {
@@ -64,9 +64,19 @@ pub fn tls(cluster: &ValidatedCluster) -> Option<TlsPlan> {
         // Both serve both roles; `meta_named` wants one for the component label.
         secret: meta_named(cluster, Role::Metadata, secret_name(cluster)),
         ca_config_map: meta_named(cluster, Role::Query, ca_config_map_name(cluster)),
-        roles: [Role::Query, Role::Metadata]
-            .into_iter()
-            .map(|role| (role, dns_names(cluster, role)))
-            .collect(),
+        certs: match &cluster.local_volume {
+            // One process serves both endpoints with one certificate.
+            Some(_) => vec![(
+                super::local::CERT_STEM.to_owned(),
+                [Role::Query, Role::Metadata]
+                    .into_iter()
+                    .flat_map(|role| dns_names(cluster, role))
+                    .collect(),
+            )],
+            None => [Role::Query, Role::Metadata]
+                .into_iter()
+                .map(|role| (role.to_string(), dns_names(cluster, role)))
+                .collect(),
+        },
     })
 }

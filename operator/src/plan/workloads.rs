@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvFromSource, KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
@@ -45,6 +45,7 @@ pub enum Object {
     ConfigMap(ConfigMap),
     ServiceAccount(ServiceAccount),
     Deployment(Deployment),
+    StatefulSet(StatefulSet),
     Service(Service),
     PodDisruptionBudget(PodDisruptionBudget),
     NetworkPolicy(NetworkPolicy),
@@ -56,6 +57,7 @@ impl Object {
             Object::ConfigMap(_) => "ConfigMap",
             Object::ServiceAccount(_) => "ServiceAccount",
             Object::Deployment(_) => "Deployment",
+            Object::StatefulSet(_) => "StatefulSet",
             Object::Service(_) => "Service",
             Object::PodDisruptionBudget(_) => "PodDisruptionBudget",
             Object::NetworkPolicy(_) => "NetworkPolicy",
@@ -67,6 +69,7 @@ impl Object {
             Object::ConfigMap(o) => &o.metadata,
             Object::ServiceAccount(o) => &o.metadata,
             Object::Deployment(o) => &o.metadata,
+            Object::StatefulSet(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
             Object::PodDisruptionBudget(o) => &o.metadata,
             Object::NetworkPolicy(o) => &o.metadata,
@@ -78,6 +81,7 @@ impl Object {
             Object::ConfigMap(o) => &mut o.metadata,
             Object::ServiceAccount(o) => &mut o.metadata,
             Object::Deployment(o) => &mut o.metadata,
+            Object::StatefulSet(o) => &mut o.metadata,
             Object::Service(o) => &mut o.metadata,
             Object::PodDisruptionBudget(o) => &mut o.metadata,
             Object::NetworkPolicy(o) => &mut o.metadata,
@@ -89,17 +93,50 @@ impl Object {
     }
 }
 
-pub fn labels(cluster: &ValidatedCluster, role: Role) -> BTreeMap<String, String> {
+/// What an object is part of (its `app.kubernetes.io/component`): a role's workload, or the
+/// one pod of a local lake that serves both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    Role(Role),
+    Local,
+}
+
+impl From<Role> for Component {
+    fn from(role: Role) -> Self {
+        Component::Role(role)
+    }
+}
+
+impl std::fmt::Display for Component {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Component::Role(role) => role.fmt(f),
+            Component::Local => f.write_str("local"),
+        }
+    }
+}
+
+pub fn labels(
+    cluster: &ValidatedCluster,
+    component: impl Into<Component>,
+) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".into(), "lake".into()),
         ("app.kubernetes.io/instance".into(), cluster.name.clone()),
-        ("app.kubernetes.io/component".into(), role.to_string()),
+        (
+            "app.kubernetes.io/component".into(),
+            component.into().to_string(),
+        ),
         ("app.kubernetes.io/managed-by".into(), MANAGER.into()),
     ])
 }
 
-fn selector(cluster: &ValidatedCluster, role: Role) -> BTreeMap<String, String> {
-    let mut labels = labels(cluster, role);
+/// The labels that select `component`'s pods.
+pub(crate) fn selector(
+    cluster: &ValidatedCluster,
+    component: impl Into<Component>,
+) -> BTreeMap<String, String> {
+    let mut labels = labels(cluster, component);
     labels.remove("app.kubernetes.io/managed-by");
     labels
 }
@@ -108,12 +145,16 @@ fn meta(cluster: &ValidatedCluster, role: Role) -> ObjectMeta {
     meta_named(cluster, role, workload_name(cluster, role))
 }
 
-/// Name, namespace, labels and the owner reference of one of `role`'s objects.
-pub(crate) fn meta_named(cluster: &ValidatedCluster, role: Role, name: String) -> ObjectMeta {
+/// Name, namespace, labels and the owner reference of one of `component`'s objects.
+pub(crate) fn meta_named(
+    cluster: &ValidatedCluster,
+    component: impl Into<Component>,
+    name: String,
+) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: Some(cluster.namespace.clone()),
-        labels: Some(labels(cluster, role)),
+        labels: Some(labels(cluster, component)),
         owner_references: cluster.uid.as_ref().map(|uid| {
             vec![OwnerReference {
                 api_version: "lake.dev/v1alpha1".into(),
@@ -173,7 +214,7 @@ pub(crate) fn container_security() -> SecurityContext {
     }
 }
 
-fn default_resources() -> ResourceRequirements {
+pub(crate) fn default_resources() -> ResourceRequirements {
     ResourceRequirements {
         requests: Some(BTreeMap::from([
             ("cpu".into(), Quantity("250m".into())),
@@ -184,6 +225,95 @@ fn default_resources() -> ResourceRequirements {
     }
 }
 
+/// A TCP connect to the container's port named `port`.
+pub(crate) fn tcp_probe(port: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::String(port.into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn container_port(name: &str, port: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: i32::from(port),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+/// The pod's writable `/tmp` (its root filesystem is read-only).
+pub(crate) fn tmp_volume() -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "tmp".into(),
+            mount_path: "/tmp".into(),
+            ..Default::default()
+        },
+    )
+}
+
+/// A Secret mounted read-only and readable by the pod's group only; with `items`, only those
+/// keys, each at its path.
+pub(crate) fn secret_volume(
+    volume: &str,
+    secret: String,
+    mount_path: &str,
+    items: Option<Vec<(String, &str)>>,
+) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: volume.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret),
+                default_mode: Some(0o440),
+                items: items.map(|items| {
+                    items
+                        .into_iter()
+                        .map(|(key, path)| KeyToPath {
+                            key,
+                            path: path.into(),
+                            ..Default::default()
+                        })
+                        .collect()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: volume.into(),
+            mount_path: mount_path.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+    )
+}
+
+/// The serving certificate and key named `stem` in the TLS Secret (it holds every
+/// certificate), at [`super::tls::files`]; `None` with `spec.tls: Disabled`.
+pub(crate) fn tls_volume(cluster: &ValidatedCluster, stem: &str) -> Option<(Volume, VolumeMount)> {
+    (cluster.tls == crate::crd::TlsMode::Operator).then(|| {
+        let (cert, key) = super::tls::cert_key(stem);
+        secret_volume(
+            "tls",
+            super::tls::secret_name(cluster),
+            super::tls::TLS_DIR,
+            Some(vec![(cert, "tls.crt"), (key, "tls.key")]),
+        )
+    })
+}
+
 fn deployment(
     cluster: &ValidatedCluster,
     role: Role,
@@ -192,88 +322,21 @@ fn deployment(
     replicas: i32,
     resources: Option<ResourceRequirements>,
 ) -> Deployment {
-    let port = i32::from(default_port(role));
     let name = workload_name(cluster, role);
-    let probe = |period: i32, failures: i32| Probe {
-        tcp_socket: Some(TCPSocketAction {
-            port: IntOrString::String("flight".into()),
-            ..Default::default()
-        }),
-        period_seconds: Some(period),
-        failure_threshold: Some(failures),
-        ..Default::default()
-    };
-    let mut volumes = vec![Volume {
-        name: "tmp".into(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    }];
-    let mut mounts = vec![VolumeMount {
-        name: "tmp".into(),
-        mount_path: "/tmp".into(),
-        ..Default::default()
-    }];
-    // The role's bearer tokens (LAKE_TOKEN_FILE), readable by the pod's group only.
-    volumes.push(Volume {
-        name: "tokens".into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(super::tokens::secret_name(cluster, role)),
-            default_mode: Some(0o440),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    mounts.push(VolumeMount {
-        name: "tokens".into(),
-        mount_path: super::tokens::TOKEN_DIR.into(),
-        read_only: Some(true),
-        ..Default::default()
-    });
-    if cluster.tls == crate::crd::TlsMode::Operator {
-        // Only this role's certificate and key (the Secret holds both roles').
-        let (cert, key) = super::tls::cert_key(role);
-        volumes.push(Volume {
-            name: "tls".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(super::tls::secret_name(cluster)),
-                default_mode: Some(0o440),
-                items: Some(vec![
-                    KeyToPath {
-                        key: cert,
-                        path: "tls.crt".into(),
-                        ..Default::default()
-                    },
-                    KeyToPath {
-                        key,
-                        path: "tls.key".into(),
-                        ..Default::default()
-                    },
-                ]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: "tls".into(),
-            mount_path: super::tls::TLS_DIR.into(),
-            read_only: Some(true),
-            ..Default::default()
-        });
-    }
-    if let Storage::Local { path } = cluster.authority.storage() {
-        // A local lake keeps everything under one directory; in Kubernetes that is only good
-        // for experiments (see docs/operator.md).
-        volumes.push(Volume {
-            name: "data".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: "data".into(),
-            mount_path: path.display().to_string(),
-            ..Default::default()
-        });
-    }
+    // The role's bearer tokens (LAKE_TOKEN_FILE) and, with TLS, only its own certificate.
+    let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = [
+        Some(tmp_volume()),
+        Some(secret_volume(
+            "tokens",
+            super::tokens::secret_name(cluster, role),
+            super::tokens::TOKEN_DIR,
+            None,
+        )),
+        tls_volume(cluster, &role.to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    .unzip();
     let mut pod_labels = labels(cluster, role);
     pod_labels.remove("app.kubernetes.io/managed-by");
     Deployment {
@@ -312,14 +375,9 @@ fn deployment(
                             }),
                             ..Default::default()
                         }]),
-                        ports: Some(vec![ContainerPort {
-                            name: Some("flight".into()),
-                            container_port: port,
-                            protocol: Some("TCP".into()),
-                            ..Default::default()
-                        }]),
-                        readiness_probe: Some(probe(5, 3)),
-                        liveness_probe: Some(probe(10, 6)),
+                        ports: Some(vec![container_port("flight", default_port(role))]),
+                        readiness_probe: Some(tcp_probe("flight", 5, 3)),
+                        liveness_probe: Some(tcp_probe("flight", 10, 6)),
                         resources: Some(resources.unwrap_or_else(default_resources)),
                         security_context: Some(container_security()),
                         volume_mounts: Some(mounts),
@@ -335,7 +393,13 @@ fn deployment(
     }
 }
 
-fn service(cluster: &ValidatedCluster, role: Role) -> Service {
+/// `role`'s Service, in front of `component`'s pods (their port `target_port`).
+pub(crate) fn service(
+    cluster: &ValidatedCluster,
+    role: Role,
+    component: Component,
+    target_port: &str,
+) -> Service {
     let (type_, annotations) = match role {
         Role::Query => (
             format!("{:?}", cluster.query.service_type),
@@ -351,11 +415,11 @@ fn service(cluster: &ValidatedCluster, role: Role) -> Service {
         metadata,
         spec: Some(ServiceSpec {
             type_: Some(type_),
-            selector: Some(selector(cluster, role)),
+            selector: Some(selector(cluster, component)),
             ports: Some(vec![ServicePort {
                 name: Some("flight".into()),
                 port: i32::from(default_port(role)),
-                target_port: Some(IntOrString::String("flight".into())),
+                target_port: Some(IntOrString::String(target_port.into())),
                 protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
@@ -365,53 +429,98 @@ fn service(cluster: &ValidatedCluster, role: Role) -> Service {
     }
 }
 
-/// Every object of the cluster, in apply order (config and identity before the pods that use
-/// them).
-/// Who may connect to metadata (the writer): this cluster's query pods and the pods of the
-/// namespaces `spec.metadata.clientNamespaces` names; nothing else, on any port.
-fn metadata_ingress(cluster: &ValidatedCluster) -> NetworkPolicy {
-    let mut from = vec![NetworkPolicyPeer {
-        pod_selector: Some(LabelSelector {
-            match_labels: Some(selector(cluster, Role::Query)),
+/// Ingress to `port` only, from `from` (every source when `None`).
+fn ingress_rule(port: u16, from: Option<Vec<NetworkPolicyPeer>>) -> NetworkPolicyIngressRule {
+    NetworkPolicyIngressRule {
+        from,
+        ports: Some(vec![NetworkPolicyPort {
+            port: Some(IntOrString::Int(i32::from(port))),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+    }
+}
+
+/// The pods of the namespaces `spec.metadata.clientNamespaces` names, if it names any.
+fn client_namespaces(cluster: &ValidatedCluster) -> Option<NetworkPolicyPeer> {
+    (!cluster.metadata.client_namespaces.is_empty()).then(|| NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "kubernetes.io/metadata.name".into(),
+                operator: "In".into(),
+                values: Some(cluster.metadata.client_namespaces.clone()),
+            }]),
             ..Default::default()
         }),
         ..Default::default()
-    }];
-    if !cluster.metadata.client_namespaces.is_empty() {
-        from.push(NetworkPolicyPeer {
-            namespace_selector: Some(LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: "kubernetes.io/metadata.name".into(),
-                    operator: "In".into(),
-                    values: Some(cluster.metadata.client_namespaces.clone()),
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-    }
+    })
+}
+
+/// Ingress of `component`'s pods: only what `rules` allow, on no other port.
+pub(crate) fn ingress_policy(
+    cluster: &ValidatedCluster,
+    metadata: ObjectMeta,
+    component: Component,
+    rules: Vec<NetworkPolicyIngressRule>,
+) -> NetworkPolicy {
     NetworkPolicy {
-        metadata: meta(cluster, Role::Metadata),
+        metadata,
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector {
-                match_labels: Some(selector(cluster, Role::Metadata)),
+                match_labels: Some(selector(cluster, component)),
                 ..Default::default()
             }),
             policy_types: Some(vec!["Ingress".into()]),
-            ingress: Some(vec![NetworkPolicyIngressRule {
-                from: Some(from),
-                ports: Some(vec![NetworkPolicyPort {
-                    port: Some(IntOrString::Int(i32::from(default_port(Role::Metadata)))),
-                    protocol: Some("TCP".into()),
-                    ..Default::default()
-                }]),
-            }]),
+            ingress: Some(rules),
             ..Default::default()
         }),
     }
 }
 
+/// Who may connect to metadata (the writer): this cluster's query pods and the pods of the
+/// namespaces `spec.metadata.clientNamespaces` names; nothing else, on any port.
+fn metadata_ingress(cluster: &ValidatedCluster) -> NetworkPolicy {
+    let query_pods = NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(selector(cluster, Role::Query)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let from = std::iter::once(query_pods)
+        .chain(client_namespaces(cluster))
+        .collect();
+    ingress_policy(
+        cluster,
+        meta(cluster, Role::Metadata),
+        Role::Metadata.into(),
+        vec![ingress_rule(default_port(Role::Metadata), Some(from))],
+    )
+}
+
+/// A local lake's one pod: its query port open to every client, its metadata port only to the
+/// namespaces `spec.metadata.clientNamespaces` names (to none when it names none: the pod
+/// itself is the only other writer's way in).
+pub(crate) fn local_ingress(cluster: &ValidatedCluster, metadata: ObjectMeta) -> NetworkPolicy {
+    let mut rules = vec![ingress_rule(default_port(Role::Query), None)];
+    // A rule without peers would admit every source: none at all when no namespace is named.
+    if let Some(clients) = client_namespaces(cluster) {
+        rules.push(ingress_rule(
+            default_port(Role::Metadata),
+            Some(vec![clients]),
+        ));
+    }
+    ingress_policy(cluster, metadata, Component::Local, rules)
+}
+
+/// Every object of the cluster, in apply order (config and identity before the pods that use
+/// them). A local lake is one StatefulSet pod instead ([`super::local`]).
 pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Object> {
+    if let (Storage::Local { path }, Some(volume)) =
+        (cluster.authority.storage(), &cluster.local_volume)
+    {
+        return super::local::objects(cluster, path, volume);
+    }
     let mut objects = Vec::new();
     for role in [Role::Query, Role::Metadata] {
         let (data, hash) = config(cluster, role);
@@ -446,7 +555,12 @@ pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Objec
         objects.push(Object::Deployment(deployment(
             cluster, role, &hash, image, replicas, resources,
         )));
-        objects.push(Object::Service(service(cluster, role)));
+        objects.push(Object::Service(service(
+            cluster,
+            role,
+            role.into(),
+            "flight",
+        )));
     }
     objects.push(Object::PodDisruptionBudget(PodDisruptionBudget {
         metadata: meta(cluster, Role::Query),
@@ -462,4 +576,22 @@ pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Objec
     }));
     objects.push(Object::NetworkPolicy(metadata_ingress(cluster)));
     objects
+}
+
+/// A workload whose rollout says whether the cluster's pods are up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rollout {
+    Deployment(String),
+    StatefulSet(String),
+}
+
+/// What must be rolled out: both roles' Deployments, or a local lake's StatefulSet.
+pub fn rollouts(cluster: &ValidatedCluster) -> Vec<Rollout> {
+    match &cluster.local_volume {
+        Some(_) => vec![Rollout::StatefulSet(super::local::workload_name(cluster))],
+        None => [Role::Query, Role::Metadata]
+            .into_iter()
+            .map(|role| Rollout::Deployment(workload_name(cluster, role)))
+            .collect(),
+    }
 }

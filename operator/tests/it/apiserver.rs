@@ -106,6 +106,38 @@ fn crd_rules_are_enforced_by_the_api_server() {
         "{}",
         text(&out)
     );
+
+    // A local lake's claim keeps its size and StorageClass (a StatefulSet's claim template
+    // cannot change).
+    let name = unique("claim");
+    let local = |extra: serde_json::Value| {
+        let mut local = serde_json::json!({"path": "/var/lib/lake", "size": "1Gi"});
+        local
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        spec(
+            serde_json::json!({"local": local}),
+            serde_json::json!({}),
+            1,
+        )
+    };
+    let out = kubectl(
+        &["apply", "-f", "-"],
+        Some(&cluster(&name, local(serde_json::json!({})))),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    refused(
+        &cluster(&name, local(serde_json::json!({"size": "2Gi"}))),
+        "spec.storage.local.size is fixed once set",
+    );
+    refused(
+        &cluster(
+            &name,
+            local(serde_json::json!({"storageClassName": "fast"})),
+        ),
+        "spec.storage.local.storageClassName cannot be added or removed",
+    );
 }
 
 /// `lake-operator run` as a process, authenticated as its own ServiceAccount (a TokenRequest
@@ -267,14 +299,7 @@ fn wait_ready(namespace: &str) {
                 None
             )),
             text(&kubectl(
-                &[
-                    "get",
-                    "deploy,rs,pods,events",
-                    "-n",
-                    namespace,
-                    "-o",
-                    "wide"
-                ],
+                &["get", "sts,pods,pvc,events", "-n", namespace, "-o", "wide"],
                 None
             ))
         );
@@ -300,8 +325,8 @@ fn kubectl_apply_to_ready() {
     ));
     assert_eq!(
         pods.split_whitespace().count(),
-        2,
-        "two pods bound to the node: {pods}"
+        1,
+        "the local sample's one pod (both roles) bound to the node: {pods}"
     );
     let out = kubectl(&["get", "lake", "-n", &namespace], None);
     let table = text(&out);
@@ -316,28 +341,13 @@ fn kubectl_apply_to_ready() {
         table.lines().nth(1).is_some_and(|row| row.contains("True")),
         "{table}"
     );
-    // Once Ready, the operator ran its selftest Jobs: one per role, in the role's identity.
+    // A local lake runs no selftest Jobs (only its pod may open its stores); an S3 lake's are
+    // run by the operator process in e2e_kubectl_apply_to_sql.
     let jobs = text(&kubectl(
-        &[
-            "get",
-            "jobs",
-            "-n",
-            &namespace,
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name} {.spec.template.spec.serviceAccountName} {.spec.template.spec.containers[0].args[0]}{\"\\n\"}{end}",
-        ],
+        &["get", "jobs", "-n", &namespace, "-o", "name"],
         None,
     ));
-    let mut jobs: Vec<&str> = jobs.lines().collect();
-    jobs.sort();
-    assert_eq!(jobs.len(), 2, "{jobs:?}");
-    for (line, role) in jobs.iter().zip(["metadata", "query"]) {
-        assert!(
-            line.starts_with(&format!("dev-{role}-check-"))
-                && line.ends_with(&format!(" dev-{role} selftest")),
-            "{jobs:?}"
-        );
-    }
+    assert!(jobs.trim().is_empty(), "{jobs}");
     let described = text(&kubectl(
         &["describe", "lakecluster", "dev", "-n", &namespace],
         None,
@@ -474,30 +484,30 @@ fn user_changes_to_owned_objects_are_reconciled() {
     // Field ownership: a label a user adds is theirs and stays; the replicas are the operator's,
     // and a user's `kubectl scale` is reverted through the watch.
     let out = kubectl(
-        &["label", "deployment/dev-query", "-n", ns, "team=analytics"],
+        &["label", "statefulset/dev-local", "-n", ns, "team=analytics"],
         None,
     );
     assert!(out.status.success(), "{}", text(&out));
     let out = kubectl(
-        &["scale", "deployment/dev-query", "-n", ns, "--replicas=3"],
+        &["scale", "statefulset/dev-local", "-n", ns, "--replicas=3"],
         None,
     );
     assert!(out.status.success(), "{}", text(&out));
     eventually("the user's scale is not reverted", 20, || {
-        jsonpath("deployment/dev-query", ns, "{.spec.replicas}") == "1"
+        jsonpath("statefulset/dev-local", ns, "{.spec.replicas}") == "1"
     });
     assert_eq!(
-        jsonpath("deployment/dev-query", ns, "{.metadata.labels.team}"),
+        jsonpath("statefulset/dev-local", ns, "{.metadata.labels.team}"),
         "analytics",
         "the operator removed a label it does not own"
     );
 
     // An owned object deleted is recreated through the watch.
-    let before = jsonpath("configmap/dev-query", ns, "{.metadata.uid}");
-    let out = kubectl(&["delete", "configmap/dev-query", "-n", ns], None);
+    let before = jsonpath("service/dev-query", ns, "{.metadata.uid}");
+    let out = kubectl(&["delete", "service/dev-query", "-n", ns], None);
     assert!(out.status.success(), "{}", text(&out));
-    eventually("the deleted ConfigMap is not recreated", 20, || {
-        let uid = jsonpath("configmap/dev-query", ns, "{.metadata.uid}");
+    eventually("the deleted Service is not recreated", 20, || {
+        let uid = jsonpath("service/dev-query", ns, "{.metadata.uid}");
         !uid.is_empty() && uid != before
     });
     wait_ready(ns);
@@ -534,7 +544,7 @@ fn user_changes_to_owned_objects_are_reconciled() {
     assert!(out.status.success(), "{}", text(&out));
     eventually("garbage collection left owned objects", 60, || {
         jsonpath(
-            "deployments,configmaps,services,poddisruptionbudgets",
+            "statefulsets,configmaps,services,networkpolicies",
             ns,
             "{.items[*].metadata.name}",
         )
@@ -603,12 +613,12 @@ fn leader_election_fails_over() {
     );
     eprintln!("fail-over after {took:?} (4 s Lease)");
     let out = kubectl(
-        &["scale", "deployment/dev-query", "-n", ns, "--replicas=3"],
+        &["scale", "statefulset/dev-local", "-n", ns, "--replicas=3"],
         None,
     );
     assert!(out.status.success(), "{}", text(&out));
     eventually("the new leader did not revert the scale", 20, || {
-        jsonpath("deployment/dev-query", ns, "{.spec.replicas}") == "1"
+        jsonpath("statefulset/dev-local", ns, "{.spec.replicas}") == "1"
     });
     // The pass is counted when it ends, a moment after its patch reverted the scale.
     eventually("the new leader did not count a pass", 10, || {
@@ -638,7 +648,7 @@ fn operator_restart_in_the_middle_of_a_reconcile_converges() {
     let _ = first.child.kill();
     let _ = first.child.wait();
     let partial = jsonpath(
-        "deployments,services,poddisruptionbudgets",
+        "statefulsets,services,networkpolicies",
         ns,
         "{.items[*].metadata.name}",
     );
@@ -647,10 +657,11 @@ fn operator_restart_in_the_middle_of_a_reconcile_converges() {
     let _second = start_operator(ns);
     wait_ready(ns);
     for (kind, expected) in [
-        ("deployments", &["dev-metadata", "dev-query"][..]),
+        ("statefulsets", &["dev-local"][..]),
         ("services", &["dev-metadata", "dev-query"]),
-        // The CA ConfigMap is created once, with the TLS Secret.
-        ("configmaps", &["dev-lake-ca", "dev-metadata", "dev-query"]),
+        // The CA ConfigMap is created once, with the TLS Secret (a local lake has no LAKE_*
+        // ConfigMaps: its one pod runs `lake local` with flags).
+        ("configmaps", &["dev-lake-ca"]),
         (
             "secrets",
             &["dev-lake-tls", "dev-metadata-token", "dev-query-token"],

@@ -73,3 +73,30 @@ fn table_names_are_immutable_once_set() {
     old.validate_cel_update(&unset).unwrap();
     old.validate_cel_update(&old).unwrap();
 }
+
+#[test]
+fn a_local_claim_keeps_its_size_and_class() {
+    let local = |local: serde_json::Value| {
+        let mut s = spec(serde_json::json!({}));
+        s["storage"] = serde_json::json!({"local": local});
+        cluster(s)
+    };
+    let old = local(serde_json::json!({"path": "/x", "size": "1Gi"}));
+    let resized = local(serde_json::json!({"path": "/x", "size": "2Gi"}));
+    let err = resized.validate_cel_update(&old).unwrap_err().to_string();
+    assert!(
+        err.contains("spec.storage.local.size is fixed once set"),
+        "{err}"
+    );
+    let classed = local(serde_json::json!({"path": "/x", "size": "1Gi", "storageClassName": "f"}));
+    let err = classed.validate_cel_update(&old).unwrap_err().to_string();
+    assert!(
+        err.contains("storageClassName cannot be added or removed"),
+        "{err}"
+    );
+    // The mount path may move (the claim stays); an unchanged spec passes.
+    local(serde_json::json!({"path": "/y", "size": "1Gi"}))
+        .validate_cel_update(&old)
+        .unwrap();
+    old.validate_cel_update(&old).unwrap();
+}

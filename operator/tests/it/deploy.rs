@@ -76,29 +76,32 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
     }
     assert!(!role.to_string().contains("\"*\""), "no wildcards: {role}");
 
-    // What reconcile writes: the planned objects (server-side apply = create + patch; watched).
-    let cluster = serde_yaml::from_str(
-        &std::fs::read_to_string(workspace_root().join("config/samples/lakecluster-cloud.yaml"))
-            .unwrap(),
-    )
-    .unwrap();
-    let planned = plan::plan(&validate(&cluster).unwrap(), &IamInputs::default());
+    // What reconcile writes: the planned objects of both samples, S3 and local (server-side
+    // apply = create + patch; watched).
     let mut needed: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     let all = |verbs: &[&str]| verbs.iter().map(|v| v.to_string()).collect::<BTreeSet<_>>();
-    for object in &planned.objects {
-        let key = match object.kind() {
-            "ConfigMap" => ("", "configmaps"),
-            "ServiceAccount" => ("", "serviceaccounts"),
-            "Service" => ("", "services"),
-            "Deployment" => ("apps", "deployments"),
-            "PodDisruptionBudget" => ("policy", "poddisruptionbudgets"),
-            "NetworkPolicy" => ("networking.k8s.io", "networkpolicies"),
-            other => panic!("no RBAC mapping for {other}"),
-        };
-        needed
-            .entry((key.0.into(), key.1.into()))
-            .or_default()
-            .extend(all(&["get", "list", "watch", "create", "patch"]));
+    let mut tokens = false;
+    for sample in ["lakecluster-cloud", "lakecluster-local"] {
+        let path = workspace_root().join(format!("config/samples/{sample}.yaml"));
+        let cluster = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let planned = plan::plan(&validate(&cluster).unwrap(), &IamInputs::default());
+        tokens |= !planned.tokens.is_empty();
+        for object in &planned.objects {
+            let key = match object.kind() {
+                "ConfigMap" => ("", "configmaps"),
+                "ServiceAccount" => ("", "serviceaccounts"),
+                "Service" => ("", "services"),
+                "Deployment" => ("apps", "deployments"),
+                "StatefulSet" => ("apps", "statefulsets"),
+                "PodDisruptionBudget" => ("policy", "poddisruptionbudgets"),
+                "NetworkPolicy" => ("networking.k8s.io", "networkpolicies"),
+                other => panic!("no RBAC mapping for {other}"),
+            };
+            needed
+                .entry((key.0.into(), key.1.into()))
+                .or_default()
+                .extend(all(&["get", "list", "watch", "create", "patch"]));
+        }
     }
     // The post-rollout selftest Jobs: created once per configuration, watched for their outcome.
     needed.insert(
@@ -106,7 +109,7 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
         all(&["get", "list", "watch", "create"]),
     );
     // Token Secrets are created once and never read (AlreadyExists says they are there).
-    if !planned.tokens.is_empty() {
+    if tokens {
         needed.insert(("".into(), "secrets".into()), all(&["create"]));
     }
     needed.insert(

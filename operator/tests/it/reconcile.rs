@@ -999,3 +999,96 @@ async fn metadata_admits_only_query_pods_and_named_namespaces() {
         json!([{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["writers"]}])
     );
 }
+
+/// A local lake reconciles to one StatefulSet (its claim provisioned by the control plane) and
+/// both roles' Services; once its pod is Ready the cluster is Ready without AWS or selftest
+/// Jobs, and a converged pass writes nothing (the live StatefulSet, with the defaults the API
+/// server adds to its claim template, matches the plan).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_lake_is_one_stateful_set_that_converges() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let name = unique("loc");
+    let cluster: LakeCluster = serde_yaml::from_str(&format!(
+        r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  storage: {{local: {{path: /var/lib/lake, size: 16Mi}}}}
+  query: {{image: ghcr.io/acme/lake:1}}
+  metadata: {{image: ghcr.io/acme/lake:1}}
+"#
+    ))
+    .unwrap();
+    let h = harness(cluster).await;
+    let recording = moto().start_recording();
+    h.reconcile().await;
+    let sets: Api<StatefulSet> = Api::namespaced(h.client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(h.client.clone(), NS);
+    let set = format!("{name}-local");
+    let pod = format!("{set}-0");
+    // The StatefulSet controller creates the claim, the provisioner binds it, the scheduler
+    // binds the pod; the test marks the pod Ready as its kubelet would.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let bound = pods
+            .get_opt(&pod)
+            .await
+            .unwrap()
+            .is_some_and(|p| p.spec.is_some_and(|s| s.node_name.is_some()));
+        if bound {
+            pods.patch_status(
+                &pod,
+                &PatchParams::default(),
+                &Patch::Strategic(&lake_testkit::ready_pod_status()),
+            )
+            .await
+            .unwrap();
+            let status = sets.get(&set).await.unwrap().status.unwrap_or_default();
+            if status.available_replicas == Some(1) && status.current_revision.is_some() {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pod} not bound and available after 60 s: {:?}",
+            sets.get(&set).await.unwrap().status
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let claim = claims.get(&format!("data-{pod}")).await.unwrap();
+    assert_eq!(claim.status.and_then(|s| s.phase).as_deref(), Some("Bound"));
+    h.reconcile().await;
+    assert_eq!(h.condition("Ready").await.0, "True");
+    assert_eq!(h.condition("TablesReady").await.1, "Embedded");
+    let status = h.cluster().await.status.unwrap();
+    assert!(
+        !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "SelfTestPassed"),
+        "no selftest Jobs for a local lake: {:?}",
+        status.conditions
+    );
+    let deployments: Api<Deployment> = Api::namespaced(h.client.clone(), NS);
+    let selector = format!("app.kubernetes.io/instance={name}");
+    assert!(
+        deployments
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(
+        requests_signed_by(&recording.stop(), &h.key).is_empty(),
+        "a local lake reaches no AWS"
+    );
+    let (_, written) = h.writes_during(h.reconcile()).await;
+    assert!(
+        written.is_empty(),
+        "a converged pass wrote to Kubernetes: {written:?}"
+    );
+}

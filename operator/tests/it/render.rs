@@ -74,6 +74,16 @@ fn local_sample_renders_embedded_stores() {
         yaml.contains("/var/lib/lake/_lake/manifests.redb"),
         "{yaml}"
     );
+    // One pod runs both roles from its claim: no per-role Deployment, no LAKE_* ConfigMap.
+    assert!(yaml.contains("kind: StatefulSet"), "{yaml}");
+    assert!(!yaml.contains("kind: Deployment"), "{yaml}");
+    assert!(!yaml.contains("LAKE_ROLE"), "{yaml}");
+    // Offline manifests need no cluster id: a local lake has no table markers.
+    let out = render(
+        "config/samples/lakecluster-local.yaml",
+        &["-o", "manifests"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 #[test]
@@ -237,24 +247,38 @@ fn rendered_objects_pass_kubernetes_validate_strict() {
             "{sample}: kubernetes-validate --strict failed:\n{report}{}",
             text(&check.stderr)
         );
-        // ConfigMap, ServiceAccount, Deployment, Service per role, query's PDB and metadata's
-        // NetworkPolicy.
+        // S3: ConfigMap, ServiceAccount, Deployment, Service per role, query's PDB and
+        // metadata's NetworkPolicy. Local: one ServiceAccount, StatefulSet and NetworkPolicy,
+        // and both roles' Services.
+        let kinds: &[(&str, usize)] = match sample {
+            "lakecluster-local" => &[
+                ("serviceaccount", 1),
+                ("statefulset", 1),
+                ("service", 2),
+                ("networkpolicy", 1),
+            ],
+            _ => &[
+                ("configmap", 2),
+                ("serviceaccount", 2),
+                ("deployment", 2),
+                ("service", 2),
+                ("poddisruptionbudget", 1),
+                ("networkpolicy", 1),
+            ],
+        };
+        let total: usize = kinds.iter().map(|(_, n)| n).sum();
         assert_eq!(
             report.matches(" passed for resource ").count(),
-            10,
+            total,
             "{report}"
         );
-        for kind in [
-            "configmap",
-            "serviceaccount",
-            "deployment",
-            "service",
-            "poddisruptionbudget",
-            "networkpolicy",
-        ] {
-            assert!(
-                report.contains(&format!("passed for resource {kind}/")),
-                "{report}"
+        for (kind, n) in kinds {
+            assert_eq!(
+                report
+                    .matches(&format!("passed for resource {kind}/"))
+                    .count(),
+                *n,
+                "{kind}: {report}"
             );
         }
     }

@@ -553,7 +553,7 @@ async fn status_drops_what_the_spec_dropped() {
     assert!(status.tables.is_some());
 
     // Local storage: no DynamoDB tables in status either.
-    h.patch_spec(json!({"storage": {"s3": null, "local": {"path": "/var/lib/lake"}}}))
+    h.patch_spec(json!({"storage": {"s3": null, "local": {"path": "/var/lib/lake"}}, "query": {"replicas": 1}}))
         .await;
     h.reconcile().await;
     let status = h.cluster().await.status.unwrap();

@@ -9,12 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_credential_types::Credentials;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use lake_operator::allowlist::Allowlist;
-use lake_operator::aws::{AwsPool, AwsSettings};
 use lake_operator::crd::LakeCluster;
-use lake_operator::metrics::Metrics;
 use lake_operator::reconcile::{Context, reconcile};
 use lake_testkit::{Moto, moto, python, unique};
 
@@ -72,47 +68,16 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 }
 
 fn context(client: &kube::Client, moto: &Moto) -> Arc<Context> {
-    Context::new(
-        client.clone(),
-        AwsPool::new(AwsSettings {
-            endpoint: Some(moto.endpoint().to_owned()),
-            credentials: Some(Credentials::new("operator", "testing", None, None, "bench")),
-            ..Default::default()
-        }),
-        None,
-        Arc::new(Metrics::default()),
-        Allowlist::parse(
-            "namespaces:\n  bench:\n    roles: [\"*-q\", \"*-m\"]\n    storage: [{bucket: \"*-bucket\", prefix: wh}]\n",
-            "bench",
-        )
-        .expect("allowlist"),
+    lake_bench::context(
+        client,
+        moto,
+        "namespaces:\n  bench:\n    roles: [\"*-q\", \"*-m\"]\n    storage: [{bucket: \"*-bucket\", prefix: wh}]\n",
     )
 }
 
 /// A client of the real control plane with the CRD installed and the clusters created.
 async fn real_client(names: &[String]) -> kube::Client {
-    let plane = lake_testkit::control_plane();
-    let run = |args: &[&str]| {
-        let out = plane.kubectl().args(args).output().expect("kubectl");
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&["apply", "-f", "crds/lakecluster.yaml"]);
-    run(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/lakeclusters.lake.dev",
-        "--timeout=60s",
-    ]);
-    run(&["create", "namespace", NS]);
-    let kubeconfig = kube::config::Kubeconfig::read_from(plane.kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kube config");
-    let client = kube::Client::try_from(config).expect("kube client");
+    let client = lake_bench::control_plane_client(NS).await;
     let clusters: Api<LakeCluster> = Api::namespaced(client.clone(), NS);
     for name in names {
         clusters
@@ -124,26 +89,11 @@ async fn real_client(names: &[String]) -> kube::Client {
 }
 
 async fn create_roles(moto: &Moto, names: &[String]) {
-    let admin = aws_sdk_iam::Client::new(
-        &aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new(Moto::REGION))
-            .endpoint_url(moto.endpoint())
-            .credentials_provider(Credentials::new("admin", "testing", None, None, "bench"))
-            .load()
-            .await,
-    );
-    let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
-    for name in names {
-        for role in [format!("{name}-q"), format!("{name}-m")] {
-            admin
-                .create_role()
-                .role_name(role)
-                .assume_role_policy_document(trust)
-                .send()
-                .await
-                .expect("role");
-        }
-    }
+    let roles: Vec<String> = names
+        .iter()
+        .flat_map(|n| [format!("{n}-q"), format!("{n}-m")])
+        .collect();
+    lake_bench::create_roles(moto, &roles).await;
 }
 
 /// Mean seconds per cluster: its first pass, and from nothing to Ready.

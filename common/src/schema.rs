@@ -142,7 +142,7 @@ pub struct Marker {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MarkerError {
     #[error(
-        "table {table:?} has no lake marker; expected a {expected} marker ({format}) written when the table was provisioned",
+        "table {table:?} has no lake marker; expected a {expected} marker ({format}) written when the table was provisioned. A lake v1 shared table has none either, and is never read: migrate it into a cluster's split tables with spec.migration (docs/guides/migration.md)",
         format = expected.format()
     )]
     Missing { table: String, expected: Authority },
@@ -261,10 +261,15 @@ mod tests {
             Marker::check(Some(&old), "t", Authority::Manifests, "uid-1"),
             Err(MarkerError::UnknownFormat { .. })
         ));
-        assert!(matches!(
-            Marker::check(None, "t", Authority::Manifests, "uid-1"),
-            Err(MarkerError::Missing { .. })
-        ));
+        let missing = Marker::check(None, "t", Authority::Manifests, "uid-1");
+        assert!(matches!(missing, Err(MarkerError::Missing { .. })));
+        // A v1 table is refused with the way forward, not read.
+        assert!(
+            missing
+                .unwrap_err()
+                .to_string()
+                .contains("docs/guides/migration.md")
+        );
         let ok = Marker::new(Authority::Manifests, "uid-1");
         assert_eq!(
             Marker::check(Some(&ok), "t", Authority::Manifests, "uid-1"),

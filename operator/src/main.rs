@@ -78,6 +78,29 @@ enum Command {
         #[arg(long)]
         cluster_id: Option<String>,
     },
+    /// Write a lake v1 shared table made from a v2 lake's two tables (for tests, benches and
+    /// trying a migration; docs/guides/migration.md): their manifest rows verbatim, one latest
+    /// pointer per dataset, the registry rows, and `--history` rows of dropped datasets. The
+    /// credentials are the AWS default chain's.
+    LegacyFixture {
+        /// The v2 lake's manifest table (read).
+        #[arg(long)]
+        manifest_table: String,
+        /// The v2 lake's registry table (read).
+        #[arg(long)]
+        registry_table: String,
+        /// The v1 table to create and fill.
+        #[arg(long)]
+        into: String,
+        /// Manifest rows of dropped datasets to add (100 versions each).
+        #[arg(long, default_value_t = 0)]
+        history: usize,
+        #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+        region: String,
+        /// One endpoint for DynamoDB instead of AWS (emulators).
+        #[arg(long, env = "AWS_ENDPOINT_URL")]
+        aws_endpoint: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -120,6 +143,21 @@ fn main() -> ExitCode {
             ),
             Err(e) => fail(&e.to_string()),
         },
+        Command::LegacyFixture {
+            manifest_table,
+            registry_table,
+            into,
+            history,
+            region,
+            aws_endpoint,
+        } => legacy_fixture(
+            &manifest_table,
+            &registry_table,
+            &into,
+            history,
+            &region,
+            aws_endpoint,
+        ),
         Command::Crd => match crd_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
@@ -146,6 +184,50 @@ fn main() -> ExitCode {
             };
             render_file(&file, render)
         }
+    }
+}
+
+fn legacy_fixture(
+    manifest_table: &str,
+    registry_table: &str,
+    into: &str,
+    history: usize,
+    region: &str,
+    endpoint: Option<String>,
+) -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+    };
+    let written = runtime.block_on(async {
+        let pool = lake_operator::aws::AwsPool::new(AwsSettings {
+            endpoint,
+            ..Default::default()
+        });
+        let clients = pool.clients(region).await;
+        lake_operator::migration::fixture::write(
+            &clients.dynamodb,
+            manifest_table,
+            registry_table,
+            into,
+            history,
+        )
+        .await
+    });
+    match written {
+        Ok(summary) => {
+            println!(
+                "{into}: {} items ({} manifest rows, {} pointers, {} registry rows, {} history rows)",
+                summary.items(),
+                summary.manifest_rows,
+                summary.pointers,
+                summary.registry_rows,
+                summary.history_rows
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e.to_string()),
     }
 }
 

@@ -46,6 +46,8 @@ pub const FINALIZER: &str = "lake.dev/cleanup";
 const RESYNC: Duration = Duration::from_secs(300);
 /// How soon a cluster that is still rolling out is looked at again.
 const PROGRESS: Duration = Duration::from_secs(15);
+/// How soon a migration whose pass ended before its copy did goes on.
+const MIGRATING: Duration = Duration::from_secs(1);
 const BACKOFF_BASE: Duration = Duration::from_secs(2);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -285,11 +287,29 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     };
     let failure = tables.failure.or(policies_check.1);
     // A migration copies into the tables before any workload is pointed at them.
-    let mut migration = match (&failure, &validated.migration, clients.as_ref()) {
+    let ran = match (&failure, &validated.migration, clients.as_ref()) {
         (None, Some(spec), Some(clients)) => {
-            Some(migration_step(ctx, cluster, &validated, spec, &clients.dynamodb).await?)
+            Some(migration_step(ctx, cluster, &validated, spec, &clients.dynamodb).await)
         }
         _ => None,
+    };
+    // A pass that could not advance it (an AWS error, or the tables not ready) reports where it
+    // stands — the last checkpoint it saved, else what the cluster recorded — and leaves
+    // status.migration as the server has it unless it saved something newer.
+    let recorded = || {
+        validated.migration.as_ref().map(|_| {
+            cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.migration.clone())
+                .unwrap_or_default()
+        })
+    };
+    let (mut migration, migration_error, mut advanced) = match ran {
+        Some(Ok(m)) => (Some(m), None, true),
+        Some(Err((e, Some(saved)))) => (Some(saved), Some(e), true),
+        Some(Err((e, None))) => (recorded(), Some(e), false),
+        None => (recorded(), None, false),
     };
     let cut_over = migration.as_ref().is_none_or(|m| {
         matches!(
@@ -318,14 +338,29 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
             if m.phase == MigrationPhase::CuttingOver && workloads.check.ok == Some(true) {
                 let done = migration::complete(m);
                 StatusCheckpoint::new(ctx, cluster).write(&done).await?;
+                advanced = true;
                 done
             } else {
                 m
             },
         );
     }
-    let migration_check = migration.as_ref().map(migration_check);
-    facts.migration = migration;
+    let migration_check = match &migration_error {
+        Some(e) => Some(Check::failed(
+            MIGRATION_COMPLETE,
+            "MigrationError",
+            e.to_string(),
+        )),
+        None => migration.as_ref().map(migration_check),
+    };
+    // Still going (a pass's copy budget ran out, or a verify to run): look again soon.
+    let migrating = migration.as_ref().is_some_and(|m| {
+        matches!(
+            m.phase,
+            MigrationPhase::Pending | MigrationPhase::Copying | MigrationPhase::Verifying
+        )
+    });
+    facts.migration = migration.filter(|_| advanced);
 
     let ready = [&tables.check, &policies_check.0, &workloads.check]
         .into_iter()
@@ -341,6 +376,9 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     checks.extend(migration_check);
     checks.extend(self_test);
     write_status(ctx, cluster, &checks, generation, facts).await?;
+    if let (None, Some(e)) = (&failure, migration_error) {
+        return Err(e.into());
+    }
     match failure {
         Some(e) if e.is_terminal() => {
             // Not retried (it waits for a spec change), but counted like every failure.
@@ -349,6 +387,7 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
         }
         Some(e) => Err(e.into()),
         None if ready => Ok(Action::requeue(RESYNC)),
+        None if migrating => Ok(Action::requeue(MIGRATING)),
         None => Ok(Action::requeue(PROGRESS)),
     }
 }
@@ -717,6 +756,9 @@ async fn workloads_step(
 struct StatusCheckpoint {
     api: Api<LakeCluster>,
     name: String,
+    /// The last status saved: what a pass that fails after it reports (not the stale one it
+    /// started from).
+    saved: Mutex<Option<MigrationStatus>>,
 }
 
 impl StatusCheckpoint {
@@ -724,6 +766,7 @@ impl StatusCheckpoint {
         Self {
             api: api(ctx, cluster),
             name: cluster.name_any(),
+            saved: Mutex::default(),
         }
     }
 
@@ -732,10 +775,21 @@ impl StatusCheckpoint {
         self.api
             .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map(|_| ())
             .map_err(|e| MigrationError::Checkpoint {
                 source: Box::new(e),
-            })
+            })?;
+        *self
+            .saved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status.clone());
+        Ok(())
+    }
+
+    fn saved(&self) -> Option<MigrationStatus> {
+        self.saved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -748,28 +802,35 @@ impl migration::Checkpoint for StatusCheckpoint {
     }
 }
 
-/// Advances the migration from the status the cluster records (resuming where it stopped).
+/// Advances the migration from the status the API server records (read afresh: the watch
+/// cache may not hold the last pass's checkpoints yet), resuming where it stopped. On an error,
+/// the status to report is the last one saved (or none: nothing changed).
 async fn migration_step(
     ctx: &Context,
     cluster: &LakeCluster,
     validated: &ValidatedCluster,
     spec: &validate::Migration,
     dynamodb: &aws_sdk_dynamodb::Client,
-) -> Result<MigrationStatus, MigrationError> {
-    let previous = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.migration.clone())
-        .unwrap_or_default();
+) -> Result<MigrationStatus, (MigrationError, Option<MigrationStatus>)> {
+    let current = api(ctx, cluster)
+        .get_status(&cluster.name_any())
+        .await
+        .map_err(|e| {
+            let e = MigrationError::Checkpoint {
+                source: Box::new(e),
+            };
+            (e, None)
+        })?;
+    let previous = current.status.and_then(|s| s.migration).unwrap_or_default();
+    let table = |authority| {
+        plan::tables::tables(validated)
+            .into_iter()
+            .find(|t| t.authority == authority)
+            .map(|t| t.name)
+    };
     let (Some(registry), Some(manifest)) = (
-        plan::tables::tables(validated)
-            .iter()
-            .find(|t| t.authority == lake_common::schema::Authority::Registry)
-            .map(|t| t.name.clone()),
-        plan::tables::tables(validated)
-            .iter()
-            .find(|t| t.authority == lake_common::schema::Authority::Manifests)
-            .map(|t| t.name.clone()),
+        table(lake_common::schema::Authority::Registry),
+        table(lake_common::schema::Authority::Manifests),
     ) else {
         return Ok(previous);
     };
@@ -780,10 +841,18 @@ async fn migration_step(
     };
     let consent = migration::Consent {
         approval: spec.approval,
-        approved_digest: cluster.annotations().get(migration::APPROVE).cloned(),
+        approved_digest: current
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(migration::APPROVE))
+            .cloned(),
+        lake: (validated.namespace.clone(), validated.name.clone()),
     };
     let checkpoint = StatusCheckpoint::new(ctx, cluster);
-    migration::advance(dynamodb, &tables, &consent, previous, &checkpoint).await
+    migration::advance(dynamodb, &tables, &consent, previous, &checkpoint)
+        .await
+        .map_err(|e| (e, checkpoint.saved()))
 }
 
 fn migration_check(m: &MigrationStatus) -> Check {

@@ -33,6 +33,30 @@ pub fn workspace_root() -> PathBuf {
 
 /// The Python venv with the test peers: `$LAKE_VENV`, else `$LAKE_CACHE/venv`, else
 /// `~/.cache/lake/venv` (the defaults of `scripts/env.sh`).
+/// A workspace binary from the same build as this test (e.g. `lake-operator`).
+///
+/// `cargo test --workspace` builds every package's binaries before running any test; a missing
+/// binary means the test was run on its own: build them with `scripts/cargo build --workspace`.
+pub fn binary(name: &str) -> PathBuf {
+    let path = binaries().join(name);
+    assert!(
+        path.exists(),
+        "binary {name} not found at {}: build it with `scripts/cargo build --workspace` (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// Where this build's binaries are: `<target>/<profile>`.
+pub fn binaries() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    // <target>/<profile>/deps/<test> → <target>/<profile>
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .map(PathBuf::from)
+        .expect("test binaries live in <target>/<profile>/deps")
+}
+
 pub fn venv() -> PathBuf {
     if let Some(v) = std::env::var_os("LAKE_VENV") {
         return v.into();

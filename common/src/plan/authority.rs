@@ -182,6 +182,12 @@ impl AuthorityPlan {
                         reason: "it names DynamoDB tables, which only S3 storage uses; a local lake keeps its registry and manifests in embedded stores".to_owned(),
                     });
                 }
+                if request.legacy_table.is_some() {
+                    errors.push(PlanError::NotAllowed {
+                        field: fields.legacy.to_owned(),
+                        reason: "a migration copies a lake v1 DynamoDB table into the split DynamoDB tables, which only S3 storage has".to_owned(),
+                    });
+                }
                 let meta = Path::new(path).join(LOCAL_META_DIR);
                 (
                     Some(RegistryStore::Embedded {
@@ -398,6 +404,16 @@ mod tests {
         request.manifest_table = Some("m-table".into());
         let plan = AuthorityPlan::new(&request, &PlanFields::SPEC).unwrap();
         assert_eq!(plan.legacy_table().unwrap().as_str(), "lake-v1-shared");
+    }
+
+    #[test]
+    fn a_local_lake_has_nothing_to_migrate_into() {
+        let mut request = cloud(None, None);
+        request.storage = StorageRequest::Local {
+            path: "/var/lib/lake".into(),
+        };
+        request.legacy_table = Some("lake-v1-shared".into());
+        assert_eq!(errors(&request)[0].fields(), ["spec.migration.sourceTable"]);
     }
 
     #[test]

@@ -53,8 +53,10 @@ pub enum ApplyError {
         source: getrandom::Error,
     },
     /// The TLS Secret exists but its CA is not published (a ConfigMap of another owner holds the
-    /// name, or it was deleted): clients could not verify the endpoints. Terminal until the
-    /// Secret is deleted (the next pass issues everything anew).
+    /// name, or it was deleted after the Secret was created — the operator publishes the CA
+    /// before it creates the Secret, so a stopped pass never leaves this): clients could not
+    /// verify the endpoints. Terminal until the Secret is deleted (the next pass issues
+    /// everything anew).
     #[error(
         "the CA of Secret {secret:?} is not published in ConfigMap {config_map:?} (missing, or not this cluster's): delete Secret {secret:?} (and a foreign {config_map:?}) so the next pass issues new certificates"
     )]

@@ -63,7 +63,13 @@ fn issue(
     Ok((ca_pem, data))
 }
 
-/// Issues the certificates of `cluster` unless the Secret exists; returns whether it created it.
+/// Issues the certificates of `cluster` unless they exist; returns whether it issued them.
+///
+/// The operator cannot read Secrets, so the order is what keeps the published CA the one the
+/// Secret's certificates are signed by: the CA goes to its ConfigMap first, the Secret is created
+/// after, and a CA is published again only while no Secret exists (a dry-run create tells,
+/// with the create permission alone). A pass stopped between the two leaves a published CA and
+/// no Secret: the next one issues a new pair and publishes its CA before creating the Secret.
 pub async fn ensure(
     client: &Client,
     namespace: &str,
@@ -71,14 +77,6 @@ pub async fn ensure(
     plan: &TlsPlan,
 ) -> Result<bool, ApplyError> {
     let secret_name = plan.secret.name.clone().unwrap_or_default();
-    let (ca_pem, data) = issue(plan, &format!("{namespace}/{cluster}"))
-        .map_err(|source| ApplyError::Certificate { source })?;
-    let secret = Secret {
-        metadata: plan.secret.clone(),
-        type_: Some("Opaque".into()),
-        data: Some(data),
-        ..Default::default()
-    };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let ca_name = plan.ca_config_map.name.clone().unwrap_or_default();
@@ -105,41 +103,40 @@ pub async fn ensure(
             .flatten()
             .any(|o| Some(&o.uid) == uid)
     };
-    match secrets.create(&PostParams::default(), &secret).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.is_already_exists() => {
-            // Issued before. Its CA went out with it, unless that write never happened (a crash
-            // between the two) or the ConfigMap was deleted since: the CA is not recoverable
-            // (its certificate is in the Secret, which the operator cannot read).
-            let published =
-                config_maps
-                    .get_opt(&ca_name)
-                    .await
-                    .map_err(kube("get", "ConfigMap", &ca_name))?;
-            return match published {
-                Some(cm) if ours(&cm) => Ok(false),
-                _ => Err(ApplyError::CaNotPublished {
-                    config_map: ca_name,
-                    secret: secret_name,
-                }),
-            };
-        }
-        Err(source) => return Err(kube("create", "Secret", &secret_name)(source)),
-    }
-    // The CA of the certificates just stored, for clients (the Secret holds keys: not theirs).
-    // A ConfigMap of that name that is not this cluster's is left alone.
-    if let Some(existing) =
+    let not_published = || ApplyError::CaNotPublished {
+        config_map: ca_name.clone(),
+        secret: secret_name.clone(),
+    };
+    let placeholder = Secret {
+        metadata: plan.secret.clone(),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let secret_exists = match secrets.create(&dry_run, &placeholder).await {
+        Ok(_) => false,
+        Err(kube::Error::Api(status)) if status.is_already_exists() => true,
+        Err(source) => return Err(kube("create (dry run)", "Secret", &secret_name)(source)),
+    };
+    let published =
         config_maps
             .get_opt(&ca_name)
             .await
-            .map_err(kube("get", "ConfigMap", &ca_name))?
-        && !ours(&existing)
-    {
-        return Err(ApplyError::CaNotPublished {
-            config_map: ca_name,
-            secret: secret_name,
-        });
+            .map_err(kube("get", "ConfigMap", &ca_name))?;
+    match (&published, secret_exists) {
+        // A ConfigMap of that name that is not this cluster's is left alone.
+        (Some(cm), _) if !ours(cm) => return Err(not_published()),
+        (Some(_), true) => return Ok(false),
+        // The CA ConfigMap was deleted after the Secret was created: the CA is not recoverable
+        // (its certificate is in the Secret, which the operator cannot read).
+        (None, true) => return Err(not_published()),
+        (_, false) => {}
     }
+    let (ca_pem, data) = issue(plan, &format!("{namespace}/{cluster}"))
+        .map_err(|source| ApplyError::Certificate { source })?;
     let ca = ConfigMap {
         metadata: plan.ca_config_map.clone(),
         data: Some(BTreeMap::from([(CA_KEY.to_owned(), ca_pem)])),
@@ -153,7 +150,17 @@ pub async fn ensure(
         )
         .await
         .map_err(kube("apply", "ConfigMap", &ca_name))?;
-    Ok(true)
+    let secret = Secret {
+        data: Some(data),
+        ..placeholder
+    };
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(true),
+        // Created between the dry run and now (another writer): its CA is not the one just
+        // published. Say so rather than serve a mismatch.
+        Err(kube::Error::Api(status)) if status.is_already_exists() => Err(not_published()),
+        Err(source) => Err(kube("create", "Secret", &secret_name)(source)),
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,16 @@ use super::status::LakeClusterStatus;
         json_path = ".status.endpoints.query"
     ),
     printcolumn(
+        name = "Migration",
+        type_ = "string",
+        json_path = ".status.migration.phase"
+    ),
+    printcolumn(
+        name = "Copied",
+        type_ = "integer",
+        json_path = ".status.migration.copiedItems"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -45,6 +55,9 @@ use super::status::LakeClusterStatus;
 #[x_kube(validation = Rule::new(
     "!has(oldSelf.tables) || ((!has(oldSelf.tables.registry) || (has(self.tables) && has(self.tables.registry))) && (!has(oldSelf.tables.manifest) || (has(self.tables) && has(self.tables.manifest))))"
 ).message("spec.tables.registry and spec.tables.manifest cannot be removed once set"))]
+#[x_kube(validation = Rule::new(
+    "has(self.migration) == has(oldSelf.migration) && (!has(self.migration) || self.migration.sourceTable == oldSelf.migration.sourceTable)"
+).message("spec.migration is set when a LakeCluster is created and never changed: it cannot be added to a lake in use, removed, or pointed at another table (docs/guides/migration.md)"))]
 #[serde(rename_all = "camelCase")]
 pub struct LakeClusterSpec {
     /// Where data and the managed stage live: exactly one of `s3` or `local`.
@@ -88,6 +101,8 @@ pub enum TlsMode {
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(validation = Rule::new("has(self.s3) != has(self.local)")
     .message("set exactly one of spec.storage.s3 or spec.storage.local"))]
+#[x_kube(validation = Rule::new("has(self.local) == has(oldSelf.local)")
+    .message("spec.storage cannot switch between s3 and local: the two run different workloads on different stores; create another LakeCluster"))]
 pub struct StorageSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3StorageSpec>,

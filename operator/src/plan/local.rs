@@ -42,8 +42,44 @@ fn token_dir(role: Role) -> String {
     format!("{}/{role}", super::tokens::TOKEN_DIR)
 }
 
-/// `lake local` for both roles, on every interface, with each role's tokens and (unless
-/// disabled) the one certificate.
+/// MiB in a memory quantity (`2Gi`, `512Mi`, `1G`, bytes); `None` for what it cannot read.
+fn mebibytes(quantity: &str) -> Option<u64> {
+    let split = quantity
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(quantity.len());
+    let (number, suffix) = quantity.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    let bytes: u64 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        _ => return None,
+    };
+    Some(number.checked_mul(bytes)? >> 20)
+}
+
+/// What each endpoint's queries may hold together, and one query, MiB: two endpoints share the
+/// container's memory limit, so each gets 40% of it (the rest for Lance's caches and the
+/// process), one query at most 512 MiB of that. `None` without a readable limit.
+fn memory_limits(cluster: &ValidatedCluster) -> Option<(u64, u64)> {
+    let resources = cluster
+        .metadata
+        .resources
+        .clone()
+        .unwrap_or_else(default_resources);
+    let limit = mebibytes(&resources.limits?.get("memory")?.0)?;
+    let endpoint = (limit * 2 / 5).max(1);
+    Some((endpoint, endpoint.min(512)))
+}
+
+/// `lake local` for both roles, on every interface, with each role's tokens, memory bounds that
+/// fit both endpoints in the container, and (unless disabled) the one certificate.
 fn args(cluster: &ValidatedCluster, path: &Path) -> Vec<String> {
     let token_file = |role| format!("{}/{}", token_dir(role), super::tokens::TOKEN_KEY);
     let mut args: Vec<String> = [
@@ -61,6 +97,14 @@ fn args(cluster: &ValidatedCluster, path: &Path) -> Vec<String> {
     ]
     .map(str::to_owned)
     .to_vec();
+    if let Some((endpoint, query)) = memory_limits(cluster) {
+        args.extend([
+            "--memory-limit-mb".into(),
+            endpoint.to_string(),
+            "--query-memory-limit-mb".into(),
+            query.to_string(),
+        ]);
+    }
     if cluster.tls == crate::crd::TlsMode::Operator {
         let (cert, key) = super::tls::files();
         args.extend(["--tls-cert".into(), cert, "--tls-key".into(), key]);
@@ -292,6 +336,38 @@ spec:
                 );
             }
         }
+    }
+
+    #[test]
+    fn both_endpoints_fit_the_containers_memory() {
+        assert_eq!(mebibytes("2Gi"), Some(2048));
+        assert_eq!(mebibytes("512Mi"), Some(512));
+        assert_eq!(mebibytes("1G"), Some(953));
+        assert_eq!(mebibytes("1.5Gi"), None);
+        // The default 2Gi limit: 819 MiB per endpoint, 512 per query.
+        assert_eq!(memory_limits(&local("")), Some((819, 512)));
+        let mut small = local("");
+        small.metadata.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "memory".into(),
+                Quantity("512Mi".into()),
+            )])),
+            ..Default::default()
+        });
+        assert_eq!(memory_limits(&small), Some((204, 204)));
+        let objects = super::super::workloads::objects(&small, &[]);
+        let args = stateful_set_of(&objects)
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .args
+            .clone()
+            .unwrap();
+        let at = args.iter().position(|a| a == "--memory-limit-mb").unwrap();
+        assert_eq!(args[at + 1], "204");
     }
 
     #[test]

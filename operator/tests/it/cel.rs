@@ -100,3 +100,39 @@ fn a_local_claim_keeps_its_size_and_class() {
         .unwrap();
     old.validate_cel_update(&old).unwrap();
 }
+
+#[test]
+fn a_migration_is_part_of_a_lake_from_its_creation() {
+    let plain = cluster(spec(serde_json::json!({})));
+    let mut with = spec(serde_json::json!({}));
+    with["migration"] = serde_json::json!({"sourceTable": "lake-v1"});
+    let migrating = cluster(with.clone());
+    for (new, old, what) in [
+        (&migrating, &plain, "added to a lake in use"),
+        (&plain, &migrating, "removed"),
+    ] {
+        let err = new.validate_cel_update(old).unwrap_err().to_string();
+        assert!(
+            err.contains("spec.migration is set when a LakeCluster is created"),
+            "{what}: {err}"
+        );
+    }
+    with["migration"]["sourceTable"] = serde_json::json!("other-v1");
+    assert!(
+        cluster(with).validate_cel_update(&migrating).is_err(),
+        "another table"
+    );
+    migrating.validate_cel_update(&migrating).unwrap();
+}
+
+#[test]
+fn storage_never_switches_kind() {
+    let s3 = cluster(spec(serde_json::json!({})));
+    let mut local = spec(serde_json::json!({}));
+    local["storage"] = serde_json::json!({"local": {"path": "/x"}});
+    let local = cluster(local);
+    for (new, old) in [(&local, &s3), (&s3, &local)] {
+        let err = new.validate_cel_update(old).unwrap_err().to_string();
+        assert!(err.contains("cannot switch between s3 and local"), "{err}");
+    }
+}

@@ -8,6 +8,7 @@ mod crd;
 mod deploy;
 mod faults;
 mod iam;
+mod migration;
 mod reconcile;
 mod render;
 mod safety;

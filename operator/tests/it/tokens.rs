@@ -287,3 +287,46 @@ async fn tls_is_on_unless_disabled_with_a_certificate_per_role() {
             .starts_with("grpc://")
     );
 }
+
+/// A pass stopped after publishing the CA and before creating the Secret it signed (an operator
+/// killed there): the next pass sees the published CA without its Secret, issues a new pair,
+/// publishes its CA first and then creates the Secret, so the two always match.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_stopped_between_the_ca_and_its_secret_is_repaired() {
+    let name = unique("tlscrash");
+    create_roles(&name).await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    // What the stopped pass left: the CA ConfigMap (this cluster's), no Secret.
+    let uid = h.cluster().await.metadata.uid.unwrap();
+    let stale = serde_json::from_value::<ConfigMap>(json!({
+        "metadata": {"name": format!("{name}-lake-ca"), "namespace": NS,
+            "ownerReferences": [{"apiVersion": "lake.dev/v1alpha1", "kind": "LakeCluster",
+                "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+        "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nstale\n-----END CERTIFICATE-----\n"}
+    }))
+    .unwrap();
+    let ca_maps = Api::<ConfigMap>::namespaced(h.client.clone(), NS);
+    ca_maps
+        .create(&PostParams::default(), &stale)
+        .await
+        .unwrap();
+    h.reconcile().await;
+    let secret = Api::<Secret>::namespaced(h.client.clone(), NS)
+        .get(&format!("{name}-lake-tls"))
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    let published = ca_maps
+        .get(&format!("{name}-lake-ca"))
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    assert_eq!(
+        published["ca.crt"].as_bytes(),
+        secret["ca.crt"].0.as_slice(),
+        "the published CA signed the Secret's certificates"
+    );
+    assert_ne!(h.condition("WorkloadsReady").await.1, "CaNotPublished");
+}

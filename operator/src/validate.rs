@@ -91,6 +91,18 @@ fn check_local(spec: &crate::crd::LakeClusterSpec, errors: &mut Vec<PlanError>) 
         return;
     };
     let one_pod = "local storage runs both roles in one pod (a development lake)";
+    // The claim is mounted at the path: not over the root, the pod's /tmp or its Secrets.
+    let path = std::path::Path::new(&local.path);
+    let taken = ["/tmp", "/var/run/secrets"];
+    if path == std::path::Path::new("/") || taken.iter().any(|t| path.starts_with(t)) {
+        errors.push(PlanError::InvalidField {
+            field: "spec.storage.local.path".into(),
+            value: local.path.clone(),
+            reason: "is where the pod keeps its root, its /tmp or its Secrets: choose a \
+                     directory of its own, e.g. /var/lib/lake"
+                .into(),
+        });
+    }
     if let Some(replicas) = spec.query.replicas.filter(|r| *r != 1) {
         errors.push(PlanError::InvalidField {
             field: "spec.query.replicas".into(),
@@ -528,6 +540,17 @@ spec:
                     );
                 }
             }
+        }
+        for path in ["/", "/tmp/lake", "/var/run/secrets/lake"] {
+            let mut over = local("", "");
+            over.spec.storage.local.as_mut().unwrap().path = path.into();
+            let errors = validate(&over).unwrap_err();
+            assert!(
+                fields(&errors)
+                    .iter()
+                    .any(|f| f.contains("spec.storage.local.path")),
+                "{path}: {errors:?}"
+            );
         }
         let mut other_image = local("", "");
         other_image.spec.query.image = "lake:2".into();

@@ -33,7 +33,8 @@ impl FixtureSummary {
     }
 }
 
-async fn scan(dynamodb: &Client, table: &str) -> Result<Vec<Item>, MigrationError> {
+/// Every item of `table` (consistent reads, all pages).
+pub async fn scan(dynamodb: &Client, table: &str) -> Result<Vec<Item>, MigrationError> {
     let mut items = Vec::new();
     let mut start = None;
     loop {

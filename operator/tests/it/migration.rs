@@ -202,24 +202,9 @@ async fn migrating(legacy: &Legacy, approval: &str) -> Harness {
 }
 
 async fn scan(table: &str) -> Vec<Item> {
-    let ddb = dynamodb().await;
-    let mut items = Vec::new();
-    let mut start = None;
-    loop {
-        let page = ddb
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .unwrap();
-        items.extend(page.items.unwrap_or_default());
-        match page.last_evaluated_key {
-            Some(key) => start = Some(key),
-            None => return items,
-        }
-    }
+    lake_operator::migration::fixture::scan(&dynamodb().await, table)
+        .await
+        .unwrap()
 }
 
 /// The digest of every item of `table` but its marker.
@@ -709,4 +694,27 @@ async fn a_migration_into_tables_that_hold_data_never_starts() {
     let (manifests, _) = tables(&h);
     assert_eq!(content(&manifests).await.0, 0, "nothing was copied");
     assert_eq!(content(&registry).await.0, 1, "the live row is untouched");
+}
+
+/// A source that is not a lake v1 table (another key schema) stops the migration in Pending,
+/// saying why, before anything is copied.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_with_another_key_schema_is_refused() {
+    use aws_sdk_dynamodb::types::ScalarAttributeType;
+    let source = unique("not-v1");
+    super::reconcile::create_lake_table(&source, "pk", ("sk", ScalarAttributeType::S)).await;
+    let name = unique("wrongsrc");
+    create_roles(&name).await;
+    let h = harness(cluster_yaml(
+        &name,
+        &format!("  migration:\n    sourceTable: {source}\n    approval: Automatic\n"),
+    ))
+    .await;
+    h.reconcile().await;
+    let status = migration(&h).await;
+    assert_eq!(status.phase, MigrationPhase::Failed, "{status:?}");
+    assert_eq!(status.failed_in, Some(MigrationPhase::Pending));
+    let message = status.message.unwrap_or_default();
+    assert!(message.contains("not a lake v1 table's"), "{message}");
+    assert_eq!(h.condition("WorkloadsReady").await.1, "MigrationInProgress");
 }

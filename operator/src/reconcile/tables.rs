@@ -1,0 +1,75 @@
+//! The tables step: create or adopt both DynamoDB tables (`apply::tables`), and what status says of them.
+
+use super::*;
+
+/// What the tables step observed.
+pub(super) struct TablesOutcome {
+    pub(super) check: Check,
+    pub(super) applied: Vec<apply::tables::AppliedTable>,
+    pub(super) failure: Option<ApplyError>,
+    /// False for a local lake: no tables, so none in status.
+    pub(super) has_tables: bool,
+}
+
+impl TablesOutcome {
+    pub(super) fn status(&self) -> Option<TablesStatus> {
+        let table = |authority| {
+            self.applied
+                .iter()
+                .find(|t| t.authority == authority)
+                .map(|t| TableStatus {
+                    name: t.name.clone(),
+                    arn: t.arn.clone(),
+                    adopted: t.adopted,
+                })
+        };
+        (self.has_tables && !self.applied.is_empty()).then(|| TablesStatus {
+            registry: table(lake_common::schema::Authority::Registry),
+            manifest: table(lake_common::schema::Authority::Manifests),
+        })
+    }
+}
+
+pub(super) async fn tables_step(
+    clients: Option<&crate::aws::AwsClients>,
+    tables: &[plan::DesiredTable],
+    may_adopt: bool,
+) -> TablesOutcome {
+    let Some(clients) = clients.filter(|_| !tables.is_empty()) else {
+        return TablesOutcome {
+            check: Check::ok(
+                TABLES_READY,
+                "Embedded",
+                "a local lake keeps its stores on disk",
+            ),
+            applied: Vec::new(),
+            failure: None,
+            has_tables: false,
+        };
+    };
+    let mut applied = Vec::new();
+    for table in tables {
+        match apply::tables::ensure(&clients.dynamodb, table, may_adopt).await {
+            Ok(t) => applied.push(t),
+            Err(e) => {
+                return TablesOutcome {
+                    check: Check::failed(TABLES_READY, e.reason(), e.to_string()),
+                    applied,
+                    failure: Some(e),
+                    has_tables: true,
+                };
+            }
+        }
+    }
+    let names: Vec<&str> = applied.iter().map(|t| t.name.as_str()).collect();
+    TablesOutcome {
+        check: Check::ok(
+            TABLES_READY,
+            "Ready",
+            format!("{} ready", names.join(" and ")),
+        ),
+        applied,
+        failure: None,
+        has_tables: true,
+    }
+}

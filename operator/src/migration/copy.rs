@@ -19,21 +19,17 @@ const WRITERS: usize = 16;
 
 /// Where a legacy item goes, and its key there.
 pub fn destination<'a>(tables: &'a Tables, item: &LegacyItem) -> Option<(&'a str, Item, Item)> {
-    let key = |item: &Item, names: [&str; 2]| -> Item {
-        names
-            .iter()
-            .filter_map(|n| item.get(*n).map(|v| ((*n).to_owned(), v.clone())))
-            .collect()
-    };
     match item {
         LegacyItem::Manifest(i) => Some((
             tables.manifest.as_str(),
-            key(i, ["base_uri", "version"]),
+            legacy::key_of(i, legacy::MANIFEST_KEY),
             i.clone(),
         )),
-        LegacyItem::Registry(i) => {
-            Some((tables.registry.as_str(), key(i, ["pk", "sk"]), i.clone()))
-        }
+        LegacyItem::Registry(i) => Some((
+            tables.registry.as_str(),
+            legacy::key_of(i, legacy::REGISTRY_KEY),
+            i.clone(),
+        )),
         LegacyItem::Pointer { .. } => None,
     }
 }

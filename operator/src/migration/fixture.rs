@@ -54,14 +54,6 @@ pub async fn scan(dynamodb: &Client, table: &str) -> Result<Vec<Item>, Migration
     }
 }
 
-fn is_marker(item: &Item) -> bool {
-    ["base_uri", "pk"].iter().any(|k| {
-        item.get(*k)
-            .and_then(|v| v.as_s().ok())
-            .is_some_and(|s| s.starts_with("__lake__"))
-    })
-}
-
 /// The v1 items for a v2 lake's tables, plus `history` rows of dropped datasets.
 pub fn legacy_items(
     manifest: &[Item],
@@ -71,7 +63,7 @@ pub fn legacy_items(
     let mut summary = FixtureSummary::default();
     let mut items = Vec::new();
     let mut latest: BTreeMap<String, i64> = BTreeMap::new();
-    for row in manifest.iter().filter(|i| !is_marker(i)) {
+    for row in manifest.iter().filter(|i| !legacy::is_marker(i)) {
         let dataset = row.get("base_uri").and_then(|v| v.as_s().ok()).cloned();
         let version = row
             .get("version")
@@ -88,7 +80,7 @@ pub fn legacy_items(
         items.push(legacy::pointer(dataset, *version));
         summary.pointers += 1;
     }
-    for row in registry.iter().filter(|i| !is_marker(i)) {
+    for row in registry.iter().filter(|i| !legacy::is_marker(i)) {
         if let Some(row) = legacy::registry_row(row) {
             items.push(row);
             summary.registry_rows += 1;

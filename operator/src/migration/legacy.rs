@@ -64,6 +64,26 @@ fn number(item: &Item, name: &str) -> Option<i64> {
         .and_then(|n| n.parse().ok())
 }
 
+/// The split manifest table's key attributes.
+pub const MANIFEST_KEY: [&str; 2] = ["base_uri", "version"];
+/// The split registry table's key attributes.
+pub const REGISTRY_KEY: [&str; 2] = ["pk", "sk"];
+
+/// The attributes `names` of `item`: its key in a table with that key schema.
+pub fn key_of(item: &Item, names: [&str; 2]) -> Item {
+    names
+        .iter()
+        .filter_map(|n| item.get(*n).map(|v| ((*n).to_owned(), v.clone())))
+        .collect()
+}
+
+/// Whether `item` is a lake marker (of either table).
+pub fn is_marker(item: &Item) -> bool {
+    ["base_uri", "pk"]
+        .iter()
+        .any(|k| string(item, k).is_some_and(|s| s.starts_with("__lake__")))
+}
+
 /// A printable key, for messages.
 pub fn describe(item: &Item) -> String {
     format!(

@@ -216,15 +216,12 @@ async fn mismatches(
                 .map_err(aws("BatchGetItem", "the split tables"))?;
             for (table, items) in got.responses.unwrap_or_default() {
                 let key_names = if table == tables.registry {
-                    ["pk", "sk"]
+                    legacy::REGISTRY_KEY
                 } else {
-                    ["base_uri", "version"]
+                    legacy::MANIFEST_KEY
                 };
                 for item in items {
-                    let key: Item = key_names
-                        .iter()
-                        .filter_map(|n| item.get(*n).map(|v| ((*n).to_owned(), v.clone())))
-                        .collect();
+                    let key = legacy::key_of(&item, key_names);
                     if let Some((name, digest)) =
                         want.remove(&(table.clone(), legacy::item_digest(&key)))
                         && digest != legacy::item_digest(&item)

@@ -60,6 +60,7 @@ pub(super) async fn migration_step(
     cluster: &LakeCluster,
     validated: &ValidatedCluster,
     spec: &validate::Migration,
+    applied: &[apply::tables::AppliedTable],
     dynamodb: &aws_sdk_dynamodb::Client,
 ) -> Result<MigrationStatus, (MigrationError, Option<MigrationStatus>)> {
     let current = api(ctx, cluster)
@@ -72,11 +73,12 @@ pub(super) async fn migration_step(
             (e, None)
         })?;
     let previous = current.status.and_then(|s| s.migration).unwrap_or_default();
+    // The tables the tables step just made sure of.
     let table = |authority| {
-        plan::tables::tables(validated)
-            .into_iter()
+        applied
+            .iter()
             .find(|t| t.authority == authority)
-            .map(|t| t.name)
+            .map(|t| t.name.clone())
     };
     let (Some(registry), Some(manifest)) = (
         table(lake_common::schema::Authority::Registry),

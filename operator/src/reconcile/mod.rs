@@ -292,9 +292,17 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     let failure = tables.failure.or(policies_check.1);
     // A migration copies into the tables before any workload is pointed at them.
     let ran = match (&failure, &validated.migration, clients.as_ref()) {
-        (None, Some(spec), Some(clients)) => {
-            Some(migration_step(ctx, cluster, &validated, spec, &clients.dynamodb).await)
-        }
+        (None, Some(spec), Some(clients)) => Some(
+            migration_step(
+                ctx,
+                cluster,
+                &validated,
+                spec,
+                &tables.applied,
+                &clients.dynamodb,
+            )
+            .await,
+        ),
         _ => None,
     };
     // A pass that could not advance it (an AWS error, or the tables not ready) reports where it

@@ -212,12 +212,7 @@ async fn content(table: &str) -> (usize, String) {
     let mut digest = SetDigest::default();
     let mut n = 0;
     for item in scan(table).await {
-        let marker = ["base_uri", "pk"].iter().any(|k| {
-            item.get(*k)
-                .and_then(|v| v.as_s().ok())
-                .is_some_and(|s| s.starts_with("__lake__"))
-        });
-        if !marker {
+        if !legacy::is_marker(&item) {
             digest.add(&item);
             n += 1;
         }
@@ -716,5 +711,38 @@ async fn a_source_with_another_key_schema_is_refused() {
     assert_eq!(status.failed_in, Some(MigrationPhase::Pending));
     let message = status.message.unwrap_or_default();
     assert!(message.contains("not a lake v1 table's"), "{message}");
+    assert_eq!(h.condition("WorkloadsReady").await.1, "MigrationInProgress");
+}
+
+/// A malformed item in the legacy table (a registry row without its `sk`) stops the copy in
+/// Copying, naming the item: not retried forever, not skipped, nothing cut over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_legacy_item_fails_the_copy_naming_it() {
+    let legacy = legacy_lake(1, 1, 0).await;
+    dynamodb()
+        .await
+        .put_item()
+        .table_name(&legacy.table)
+        .item(
+            "base_uri",
+            AttributeValue::S("__registry__/NS#broken/".into()),
+        )
+        .item("version", AttributeValue::N("0".into()))
+        .item("pk", AttributeValue::S("NS#broken".into()))
+        .send()
+        .await
+        .unwrap();
+    let h = migrating(&legacy, "Automatic").await;
+    h.reconcile().await;
+    let status = migration(&h).await;
+    assert_eq!(status.phase, MigrationPhase::Failed, "{status:?}");
+    assert_eq!(status.failed_in, Some(MigrationPhase::Copying));
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains("__registry__/NS#broken/") && message.contains("sk"),
+        "{message}"
+    );
+    let (_, reason, _) = h.condition("MigrationComplete").await;
+    assert_eq!(reason, "MigrationFailed");
     assert_eq!(h.condition("WorkloadsReady").await.1, "MigrationInProgress");
 }

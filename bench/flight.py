@@ -1,18 +1,27 @@
-"""Flight bench: lake's query endpoint beside its peers, in one run.
+"""Flight bench: lake's Flight SQL endpoints beside their peers, in one run, against the goals.
 
-1. SELECT * of a 10M-row table through ADBC from `lake local`, vs a raw pyarrow.flight server
-   serving the same Arrow batches from memory (the transport's limit).
-2. A filtered aggregate through ADBC, vs pylance scanning the same Lance dataset in-process.
-3. Small calls, p50 of 50: `SELECT 1` through ADBC vs a raw pyarrow.flight server's
-   GetFlightInfo+DoGet of one row; the same pyarrow.flight client sending `SELECT 1` to lake as a
-   Flight SQL command (the server's cost without ADBC's); a bare ListActions on each (the per-RPC
-   floor).
-Prints times, ratios, and the lake server's peak RSS.
+Every measure runs lake and its peer in the same run on the same machine, warmed up once each,
+and prints both, the ratio and the goal (docs/performance.md explains each):
+
+1. SELECT * of a ROWS-row table through ADBC from `lake local`, vs a raw pyarrow.flight server
+   streaming the same Arrow batches from memory (the transport's limit).
+2. A filtered aggregate through ADBC, vs pylance scanning the same Lance dataset in-process and
+   DuckDB over that dataset (the faster of the two is the peer).
+3. `SELECT 1` round trip p50: ADBC vs a raw pyarrow.flight server's GetFlightInfo+DoGet of one
+   row; and the same pyarrow.flight client sending `SELECT 1` to lake (the server's own cost).
+4. A point lookup `WHERE id = k` p50 vs pylance `to_table(filter=…)`.
+5. ADBC bulk ingest of the table, vs pylance `write_dataset` of the same batches.
+6. 16 concurrent ADBC clients running small queries, vs 1 client: queries per second.
+7. `lake local` start → first answer, idle RSS after start, and the server's peak RSS
+   streaming the table out and ingesting it in (fresh servers, so each peak is its own).
+
+The emulator scan (S3 + DynamoDB) is in `bench/run storage`.
 
 usage: flight.py LAKE_BINARY [ROWS] [REPEATS]
 """
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -21,28 +30,48 @@ import threading
 import time
 
 import adbc_driver_flightsql.dbapi as flightsql
+import duckdb
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
 
-LAKE, ROWS, REPEATS = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 10_000_000, int(sys.argv[3]) if len(sys.argv) > 3 else 5
+LAKE = sys.argv[1]
+ROWS = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000_000
+REPEATS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+CLIENTS = 16
+SMALL_QUERIES = 640
 
 
-def start_lake(data):
-    proc = subprocess.Popen(
-        [LAKE, "local", "--data", data, "--query-addr", "127.0.0.1:0", "--metadata-addr", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, text=True)
-    urls = {}
-    while len(urls) < 2:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError("lake local exited")
-        parts = line.split()
-        if parts and parts[0] in ("query", "metadata"):
-            urls[parts[0]] = parts[1]
-    threading.Thread(target=lambda: proc.stdout.read(), daemon=True).start()
-    return proc, urls["query"], urls["metadata"]
+class Lake:
+    """`lake local` on `data`, as a process; both endpoints printed on stdout."""
+
+    def __init__(self, data):
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [LAKE, "local", "--data", data, "--query-addr", "127.0.0.1:0", "--metadata-addr", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        urls = {}
+        while len(urls) < 2:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("lake local exited")
+            parts = line.split()
+            if parts and parts[0] in ("query", "metadata"):
+                urls[parts[0]] = parts[1]
+        threading.Thread(target=lambda: self.proc.stdout.read(), daemon=True).start()
+        self.query, self.metadata = urls["query"], urls["metadata"]
+
+    def status(self, field):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
 
 
 def _field(number, data):
@@ -60,25 +89,9 @@ SELECT_ONE = _field(1, b"type.googleapis.com/arrow.flight.protocol.sql.CommandSt
     2, _field(1, b"SELECT 1"))
 
 
-def peak_rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def timed(fn):
-    times = []
-    result = None
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
-
-
 class MemoryServer(flight.FlightServerBase):
+    """The transport's limit: a pyarrow.flight server answering from memory."""
+
     def __init__(self, table):
         super().__init__("grpc://127.0.0.1:0")
         self.table = table
@@ -94,102 +107,312 @@ class MemoryServer(flight.FlightServerBase):
         return []
 
 
-def p50(fn, n=50):
-    fn()  # warm the connection
+def median_time(fn, repeats=REPEATS):
+    """Median wall time of `fn` over `repeats` runs, after one warm-up run; and its result."""
+    result = fn()
     times = []
-    for _ in range(n):
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        fn()
+        result = fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times), result
+
+
+def p50(fn, n=50):
+    return median_time(fn, n)[0]
+
+
+def queries_per_second(endpoint, clients, sql, total):
+    """`total` runs of `sql` split over `clients` concurrent ADBC connections (threads: the
+    driver releases the GIL while it waits), after each has run it once."""
+    connections = [flightsql.connect(endpoint, autocommit=True) for _ in range(clients)]
+    start = threading.Barrier(clients + 1)
+    errors = []
+
+    def run(conn):
+        def once():
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                cur.fetchall()
+        try:
+            once()
+            start.wait()
+            for _ in range(total // clients):
+                once()
+        except Exception as e:  # reported after the join
+            errors.append(e)
+            start.abort()
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in connections]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    for c in connections:
+        c.close()
+    if errors:
+        raise errors[0]
+    return (total // clients) * clients / elapsed
+
+
+def first_answer(data):
+    """Seconds from starting `lake local` on `data` to the first answer of `SELECT 1` through
+    ADBC; and the server's RSS (MiB) once it has answered and gone idle."""
+    lake = Lake(data)
+    try:
+        with flightsql.connect(lake.query, autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            cur.fetchall()
+            elapsed = time.perf_counter() - lake.started
+        time.sleep(0.5)
+        return elapsed, lake.status("VmRSS")
+    finally:
+        lake.stop()
+
+
+class Report:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, measure, lake, peer, unit, goal, higher_is_better=False, limit=None):
+        """A measure beside its peer. `goal` is a ratio bound (lake/peer) unless `limit` is an
+        absolute bound on lake's own number."""
+        ratio = lake / peer if peer else float("nan")
+        if goal is None and limit is None:
+            met = None
+        elif limit is not None:
+            met = lake < limit
+        elif higher_is_better:
+            met = ratio >= goal
+        else:
+            met = ratio <= goal
+        self.rows.append((measure, lake, peer, unit, ratio, goal, limit, higher_is_better, met))
+
+    def print(self):
+        print(f"{'measure':<52} {'lake':>9} {'peer':>9} {'unit':<6} {'lake/peer':>9}  {'goal':<10} met")
+        for measure, lake, peer, unit, ratio, goal, limit, higher, met in self.rows:
+            peer_s = f"{peer:>9.2f}" if peer is not None else f"{'-':>9}"
+            ratio_s = f"{ratio:>9.2f}" if peer is not None else f"{'-':>9}"
+            if goal is None and limit is None:
+                goal_s = "-"
+            elif limit is not None:
+                goal_s = f"< {limit:g}"
+            else:
+                goal_s = f">= {goal:g}x" if higher else f"<= {goal:g}x"
+            met_s = "-" if met is None else ("yes" if met else "NO")
+            print(f"{measure:<52} {lake:>9.2f} {peer_s} {unit:<6} {ratio_s}  {goal_s:<10} {met_s}")
 
 
 def main():
     data = tempfile.mkdtemp(prefix="lake-bench-")
-    proc, query, metadata = start_lake(data)
+    report = Report()
     try:
-        with flightsql.connect(metadata, autocommit=True) as conn, conn.cursor() as cur:
-            cur.execute("CREATE SCHEMA big")
-            cur.fetchall()
-            cur.execute(f"CREATE TABLE big.t AS SELECT value AS id, value * 2 AS a, value * 3 AS b, value * 5 AS c FROM generate_series(1, {ROWS})")
-            cur.fetchall()
-        # Measure reads on a fresh server, so its peak RSS is the read's.
-        proc.terminate()
-        proc.wait()
-        proc, query, _ = start_lake(data)
-        conn = flightsql.connect(query, autocommit=True)
-
-        def adbc_select_all():
-            with conn.cursor() as cur:
-                cur.execute("SELECT * FROM big.t")
-                return cur.fetch_arrow_table()
-
-        lake_select, table = timed(adbc_select_all)
-        assert table.num_rows == ROWS
-        nbytes = table.nbytes
-
-        server = MemoryServer(table)
-        threading.Thread(target=server.serve, daemon=True).start()
-        client = flight.FlightClient(f"grpc://127.0.0.1:{server.port}")
-        raw_select, raw = timed(lambda: client.do_get(flight.Ticket(b"t")).read_all())
-        assert raw.num_rows == ROWS
-
-        def adbc_select_one():
-            with conn.cursor() as cur:
-                cur.execute("SELECT 1")
-                return cur.fetchall()
-
-        def raw_select_one():
-            info = client.get_flight_info(flight.FlightDescriptor.for_command(b"SELECT 1"))
-            return client.do_get(info.endpoints[0].ticket).read_all()
-
-        lake_client = flight.FlightClient(query)
-
-        def raw_client_select_one():
-            # The same pyarrow.flight client as the peer's row, speaking Flight SQL to lake: the
-            # server's own cost, without ADBC's client overhead.
-            info = lake_client.get_flight_info(flight.FlightDescriptor.for_command(SELECT_ONE))
-            return lake_client.do_get(info.endpoints[0].ticket).read_all()
-
-        lake_one = p50(adbc_select_one)
-        lake_raw_one = p50(raw_client_select_one)
-        raw_one = p50(raw_select_one)
-        lake_rpc = p50(lambda: list(lake_client.list_actions()))
-        raw_rpc = p50(lambda: list(client.list_actions()))
-        server.shutdown()
-
-        predicate = "id % 7 = 0 AND b > 1000"
-
-        def adbc_aggregate():
-            with conn.cursor() as cur:
-                cur.execute(f"SELECT count(*), sum(a) FROM big.t WHERE {predicate}")
-                return cur.fetchall()[0]
-
-        dataset = lance.dataset(os.path.join(data, "big", "t.lance"))
-
-        def pylance_aggregate():
-            t = dataset.to_table(columns=["a"], filter=predicate)
-            return (t.num_rows, pc.sum(t.column("a")).as_py())
-
-        lake_agg, lake_answer = timed(adbc_aggregate)
-        peer_agg, peer_answer = timed(pylance_aggregate)
-        assert tuple(lake_answer) == tuple(peer_answer), (lake_answer, peer_answer)
-        rss = peak_rss_mb(proc.pid)
-        conn.close()
+        run(data, report)
     finally:
-        proc.terminate()
-        proc.wait()
+        shutil.rmtree(data, ignore_errors=True)
+    print(f"\nflight bench: {ROWS:,} rows x 4 int64, median of {REPEATS} after a warm-up; "
+          f"p50 of 50 for round trips; {CLIENTS} clients x {SMALL_QUERIES // CLIENTS} queries")
+    report.print()
 
-    mb = nbytes / 1e6
-    print(f"flight bench: {ROWS:,} rows x 4 int64 ({mb:.0f} MB), median of {REPEATS}")
-    print(f"{'measure':<44} {'lake':>10} {'peer':>10} {'lake/peer':>10}")
-    print(f"{'SELECT * via ADBC vs raw pyarrow.flight (s)':<44} {lake_select:>10.3f} {raw_select:>10.3f} {lake_select / raw_select:>10.2f}")
-    print(f"{'  throughput (MB/s)':<44} {mb / lake_select:>10.0f} {mb / raw_select:>10.0f}")
-    print(f"{'filtered aggregate vs pylance in-process (s)':<44} {lake_agg:>10.3f} {peer_agg:>10.3f} {lake_agg / peer_agg:>10.2f}")
-    print(f"{'SELECT 1 round trip p50 vs raw GetFlightInfo+DoGet (ms)':<44} {lake_one * 1e3:>10.2f} {raw_one * 1e3:>10.2f} {lake_one / raw_one:>10.2f}")
-    print(f"{'  same client (pyarrow.flight) to both (ms)':<44} {lake_raw_one * 1e3:>10.2f} {raw_one * 1e3:>10.2f} {lake_raw_one / raw_one:>10.2f}")
-    print(f"{'ListActions p50 vs raw pyarrow.flight (ms)':<44} {lake_rpc * 1e3:>10.2f} {raw_rpc * 1e3:>10.2f} {lake_rpc / raw_rpc:>10.2f}")
-    print(f"lake server peak RSS: {rss:.0f} MB")
+
+def run(data, report):
+    lake = Lake(data)
+    with flightsql.connect(lake.metadata, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE SCHEMA big")
+        cur.execute(f"CREATE TABLE big.t AS SELECT value AS id, value * 2 AS a, value * 3 AS b, "
+                    f"value * 5 AS c FROM generate_series(1, {ROWS})")
+        cur.execute("CREATE TABLE big.small AS SELECT value AS id FROM generate_series(1, 1000)")
+    lake.stop()
+
+    # Start-up and idle memory, on the data directory holding the table.
+    starts = [first_answer(data) for _ in range(REPEATS)]
+    start_s = statistics.median(s for s, _ in starts)
+    idle_rss = statistics.median(r for _, r in starts)
+
+    # Round trips first, on a fresh server and a fresh client (a client holding a large result
+    # slows its own calls: ADBC's Go runtime then has a large heap to collect).
+    lake = Lake(data)
+    conn = flightsql.connect(lake.query, autocommit=True)
+    one = pa.table({"one": pa.array([1], pa.int64())})
+    server = MemoryServer(one)
+    threading.Thread(target=server.serve, daemon=True).start()
+    client = flight.FlightClient(f"grpc://127.0.0.1:{server.port}")
+
+    def adbc_select_one():
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            return cur.fetchall()
+
+    def raw_select_one():
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(b"SELECT 1"))
+        return client.do_get(info.endpoints[0].ticket).read_all()
+
+    lake_client = flight.FlightClient(lake.query)
+
+    def raw_client_select_one():
+        info = lake_client.get_flight_info(flight.FlightDescriptor.for_command(SELECT_ONE))
+        return lake_client.do_get(info.endpoints[0].ticket).read_all()
+
+    raw_one = p50(raw_select_one)
+    report.add("SELECT 1 p50 via ADBC vs raw GetFlightInfo+DoGet", p50(adbc_select_one) * 1e3,
+               raw_one * 1e3, "ms", 2)
+    report.add("  the same pyarrow.flight client to both", p50(raw_client_select_one) * 1e3,
+               raw_one * 1e3, "ms", 2)
+    report.add("  ListActions p50 (the per-RPC floor)", p50(lambda: list(lake_client.list_actions())) * 1e3,
+               p50(lambda: list(client.list_actions())) * 1e3, "ms", 2)
+    server.shutdown()
+    conn.close()
+    lake.stop()
+
+    # Reads, on a fresh server, so its peak RSS is the read's.
+    lake = Lake(data)
+    conn = flightsql.connect(lake.query, autocommit=True)
+
+    def adbc_select_all():
+        with conn.cursor() as cur:
+            cur.execute("SELECT * FROM big.t")
+            return cur.fetch_arrow_table()
+
+    lake_select, table = median_time(adbc_select_all)
+    assert table.num_rows == ROWS
+    mb = table.nbytes / 1e6
+    read_rss = lake.status("VmHWM")
+
+    lake_client = flight.FlightClient(lake.query)
+    select_all = _field(1, b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery") + _field(
+        2, _field(1, b"SELECT * FROM big.t"))
+
+    def raw_client_select_all():
+        info = lake_client.get_flight_info(flight.FlightDescriptor.for_command(select_all))
+        return lake_client.do_get(info.endpoints[0].ticket).read_all()
+
+    lake_raw_select, _ = median_time(raw_client_select_all)
+
+    server = MemoryServer(table)
+    threading.Thread(target=server.serve, daemon=True).start()
+    client = flight.FlightClient(f"grpc://127.0.0.1:{server.port}")
+    raw_select, raw = median_time(lambda: client.do_get(flight.Ticket(b"t")).read_all())
+    assert raw.num_rows == ROWS
+    report.add(f"SELECT * {ROWS:,} rows via ADBC vs raw pyarrow.flight", mb / lake_select,
+               mb / raw_select, "MB/s", 0.9, higher_is_better=True)
+    report.add("  the same pyarrow.flight client to both", mb / lake_raw_select,
+               mb / raw_select, "MB/s", 0.9, higher_is_better=True)
+    server.shutdown()
+    del raw, table
+
+    # The filtered aggregate, against the faster of pylance in-process and DuckDB.
+    predicate = "id % 7 = 0 AND b > 1000"
+    aggregate = f"SELECT count(*), sum(a) FROM big.t WHERE {predicate}"
+
+    def adbc_aggregate():
+        with conn.cursor() as cur:
+            cur.execute(aggregate)
+            return tuple(cur.fetchall()[0])
+
+    dataset = lance.dataset(os.path.join(data, "big", "t.lance"))
+
+    def pylance_aggregate():
+        t = dataset.to_table(columns=["a"], filter=predicate)
+        return (t.num_rows, pc.sum(t.column("a")).as_py())
+
+    duck = duckdb.connect()
+    duck.register("t", dataset)
+
+    def duckdb_aggregate():
+        return tuple(duck.execute(f"SELECT count(*), sum(a) FROM t WHERE {predicate}").fetchone())
+
+    lake_agg, lake_answer = median_time(adbc_aggregate)
+    pylance_agg, pylance_answer = median_time(pylance_aggregate)
+    duckdb_agg, duckdb_answer = median_time(duckdb_aggregate)
+    assert lake_answer == pylance_answer == duckdb_answer, (lake_answer, pylance_answer, duckdb_answer)
+    report.add(f"filtered aggregate vs pylance ({pylance_agg * 1e3:.0f} ms) / DuckDB ({duckdb_agg * 1e3:.0f} ms)",
+               lake_agg * 1e3, min(pylance_agg, duckdb_agg) * 1e3, "ms", 1.1)
+
+    # Point lookups: keys spread over the table, the same keys for both.
+    keys = [1 + (i * 7_919_993) % ROWS for i in range(51)]
+
+    def lookups(fn):
+        fn(keys[0])
+        times = []
+        for k in keys[1:]:
+            t0 = time.perf_counter()
+            fn(k)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    def adbc_lookup(k):
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT * FROM big.t WHERE id = {k}")
+            rows = cur.fetchall()
+        assert len(rows) == 1 and rows[0][0] == k, rows
+
+    def pylance_lookup(k):
+        assert dataset.to_table(filter=f"id = {k}").num_rows == 1
+
+    report.add(f"point lookup WHERE id = k p50 vs pylance", lookups(adbc_lookup) * 1e3,
+               lookups(pylance_lookup) * 1e3, "ms", 1.5)
+
+    # JDBC (row by row through ResultSet, as BI tools read) beside ADBC, the same 1M rows.
+    million = f"SELECT * FROM big.t WHERE id <= {min(ROWS, 1_000_000)}"
+    jar = os.path.join(os.environ["LAKE_CACHE"], "clients", "flight-sql-jdbc-driver-18.3.0.jar")
+    suite = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime", "tests", "clients",
+                         "JdbcConformance.java")
+
+    def jdbc_select():
+        out = subprocess.run(["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", jar, suite,
+                              "--select-all", lake.query, million], capture_output=True, text=True, check=True)
+        line = next(l for l in out.stdout.splitlines() if " rows in " in l)
+        return float(line.split(" rows in ")[1].split()[0])
+
+    def adbc_million():
+        with conn.cursor() as cur:
+            cur.execute(million)
+            return cur.fetch_arrow_table()
+
+    jdbc_s = statistics.median(jdbc_select() for _ in range(3))
+    adbc_s, million_table = median_time(adbc_million, 3)
+    million_mb = million_table.nbytes / 1e6
+    report.add("SELECT * 1M rows via JDBC (ResultSet) vs ADBC", million_mb / jdbc_s, million_mb / adbc_s,
+               "MB/s", None)
+
+    # Concurrency: many small queries at once against one.
+    small = "SELECT sum(id) FROM big.small"
+    one_client = queries_per_second(lake.query, 1, small, SMALL_QUERIES // 4)
+    many_clients = queries_per_second(lake.query, CLIENTS, small, SMALL_QUERIES)
+    report.add(f"{CLIENTS} concurrent clients vs 1, small queries", many_clients, one_client,
+               "q/s", 1.6, higher_is_better=True)
+    conn.close()
+    lake.stop()
+
+    # Ingest: the same batches through ADBC into a fresh server, and through pylance.
+    source = dataset.to_table()
+    nbytes = source.nbytes / 1e6
+    lake = Lake(data)
+    ingests = []
+    with flightsql.connect(lake.metadata, autocommit=True) as conn:
+        for i in range(max(1, REPEATS // 2)):
+            with conn.cursor() as cur:
+                t0 = time.perf_counter()
+                cur.adbc_ingest(f"copy{i}", source, mode="create", db_schema_name="big")
+                ingests.append(time.perf_counter() - t0)
+    ingest_rss = lake.status("VmHWM")
+    lake.stop()
+    writes = []
+    for i in range(max(1, REPEATS // 2)):
+        target = os.path.join(data, f"peer{i}.lance")
+        t0 = time.perf_counter()
+        lance.write_dataset(source, target, mode="create")
+        writes.append(time.perf_counter() - t0)
+    report.add("ADBC ingest vs pylance write_dataset", nbytes / statistics.median(ingests),
+               nbytes / statistics.median(writes), "MB/s", 0.8, higher_is_better=True)
+
+    report.add("lake local start -> first answer", start_s, None, "s", None, limit=0.5)
+    report.add("idle RSS after start", idle_rss, None, "MiB", None, limit=64)
+    report.add(f"peak RSS streaming {mb:.0f} MB out", read_rss, None, "MiB", None, limit=512)
+    report.add(f"peak RSS ingesting {nbytes:.0f} MB", ingest_rss, None, "MiB", None, limit=512)
 
 
 if __name__ == "__main__":

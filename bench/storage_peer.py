@@ -1,6 +1,8 @@
 """pylance side of the storage bench: the same appends and latest-version opens as lake's engine.
 
 usage: storage_peer.py URI OPTIONS_JSON COMMITS ROWS OPENS  → one JSON line of numbers.
+       storage_peer.py --scan URI OPTIONS_JSON REPEATS  → median full-scan time of an existing
+       dataset, after one warm-up scan.
 """
 
 import json
@@ -22,7 +24,23 @@ def batch(start: int, rows: int) -> pa.Table:
     )
 
 
+def scan(uri: str, options: dict, repeats: int) -> None:
+    dataset = lance.dataset(uri, storage_options=options)
+    rows = dataset.to_table().num_rows
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        # The latest version, as a query would: the dataset is opened again each time.
+        rows = lance.dataset(uri, storage_options=options).to_table().num_rows
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    print(json.dumps({"scan_s": times[len(times) // 2], "rows": rows}))
+
+
 def main() -> None:
+    if sys.argv[1] == "--scan":
+        scan(sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]))
+        return
     uri, options = sys.argv[1], json.loads(sys.argv[2])
     commits, rows, opens = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     lance.write_dataset(batch(-1, 1), uri, mode="create", storage_options=options)

@@ -146,6 +146,87 @@ fn run_pylance(
     }
 }
 
+/// Median seconds of `repeats` full scans (`SELECT *`) of the bench table through
+/// `lake serve --role query` on `plan` (the whole query path: Flight SQL over loopback,
+/// DataFusion, Lance on S3 with DynamoDB manifests), after one warm-up scan; and the rows seen.
+async fn scan_through_query(plan: &AuthorityPlan, cluster: &str, repeats: usize) -> (f64, usize) {
+    use std::io::BufRead;
+    let config = lake_common::config::RuntimeConfig::for_role(
+        plan,
+        lake_common::plan::Role::Query,
+        Some(cluster.to_owned()),
+        "127.0.0.1:0".parse().expect("address"),
+        None,
+    );
+    // `bench/run` builds lake beside this bench.
+    let lake = std::env::current_exe()
+        .expect("own path")
+        .with_file_name("lake");
+    let mut child = std::process::Command::new(&lake)
+        .arg("serve")
+        .env_clear()
+        .envs(config.to_vars())
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", lake.display()));
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the endpoint line");
+    let endpoint = line
+        .trim()
+        .strip_prefix("query ")
+        .unwrap_or_else(|| panic!("lake serve printed {line:?}"))
+        .to_owned();
+    let stage = Arc::new(object_store::memory::InMemory::new());
+    let client = lake_client::LakeClient::with_stage(&endpoint, stage, Default::default())
+        .await
+        .expect("connect");
+    let scan = || async {
+        use futures::TryStreamExt;
+        let batches: Vec<RecordBatch> = client
+            .query("SELECT * FROM bench.appends")
+            .await
+            .expect("query")
+            .try_collect()
+            .await
+            .expect("rows");
+        batches.iter().map(RecordBatch::num_rows).sum::<usize>()
+    };
+    let mut rows = scan().await;
+    let mut times = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let started = Instant::now();
+        rows = scan().await;
+        times.push(started.elapsed());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    times.sort();
+    (times[times.len() / 2].as_secs_f64(), rows)
+}
+
+/// pylance's median full scan of the same dataset, through the same manifest table.
+fn scan_pylance(uri: &str, options: &serde_json::Value, repeats: usize) -> (f64, usize) {
+    let (ok, stdout, stderr) = python(&[
+        "bench/storage_peer.py",
+        "--scan",
+        uri,
+        &options.to_string(),
+        &repeats.to_string(),
+    ]);
+    assert!(ok, "pylance scan failed:\n{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("peer JSON");
+    (
+        v["scan_s"].as_f64().expect("scan_s"),
+        v["rows"].as_u64().expect("rows") as usize,
+    )
+}
+
 fn print_row(backend: &str, engine: &str, n: &Numbers) {
     println!(
         "{backend:<10} {engine:<8} {:>14.0} {:>10.2} {:>12.2} {:>12.2}",
@@ -265,4 +346,22 @@ async fn main() {
     println!();
     print_ratio("local", &lake_local, &peer_local);
     print_ratio("emulator", &lake_cloud, &peer_cloud);
+
+    // Full scans of lake's emulator table: the query endpoint vs pylance, same dataset.
+    let (lake_scan, lake_rows) = scan_through_query(&cloud, "bench-cluster", 5).await;
+    let manifest_table = match cloud.manifests() {
+        ManifestStore::DynamoDb { table } => table.to_string(),
+        ManifestStore::Embedded { .. } => unreachable!("a cloud plan"),
+    };
+    let lake_uri =
+        format!("s3+ddb://{bucket}/wh/bench/appends.lance?ddbTableName={manifest_table}");
+    let (peer_scan, peer_rows) = scan_pylance(&lake_uri, &peer_options, 5);
+    assert_eq!(lake_rows, peer_rows, "both scans read the whole table");
+    println!(
+        "emulator   full scan of {lake_rows} rows, median of 5: lake query endpoint {:.3} s, \
+         pylance {:.3} s, lake/pylance x{:.2} (goal <= 1.2)",
+        lake_scan,
+        peer_scan,
+        lake_scan / peer_scan
+    );
 }

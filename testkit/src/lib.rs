@@ -562,6 +562,19 @@ pub fn controlplane_tool(name: &str) -> PathBuf {
     path
 }
 
+/// A client of the conformance suites `scripts/bootstrap` puts in `$LAKE_CACHE/clients` (the JDBC
+/// driver's jar, the Go suite's binary). Panics with install instructions when it is missing.
+pub fn client_tool(name: &str) -> PathBuf {
+    let path = cache().join("clients").join(name);
+    assert!(
+        path.exists(),
+        "client {name:?} not found at {}: run scripts/bootstrap (or scripts/test), which fetches \
+         the JDBC driver with Maven (Java 17+) and builds the Go suite (Go 1.26+)",
+        path.display()
+    );
+    path
+}
+
 static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
 
 /// The test binary's control plane, started on first use. Panics (failing the test loudly, with

@@ -13,6 +13,8 @@ use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::write::{CommitBuilder, InsertBuilder};
 use lance::dataset::{Dataset, WriteMode, WriteParams};
+use lance::session::Session;
+use lance_io::object_store::ObjectStoreRegistry;
 use lance_table::io::commit::CommitHandler;
 use lance_table::io::commit::external_manifest::{
     ExternalManifestCommitHandler, ExternalManifestStore,
@@ -152,11 +154,22 @@ pub struct Committed {
     pub rows: u64,
 }
 
+/// Budgets of the Lance caches one engine shares across requests (Lance's defaults, 6 GiB and
+/// 1 GiB, are sized for a machine of its own; a pod has a memory limit).
+const INDEX_CACHE_BYTES: usize = 128 * 1024 * 1024;
+const METADATA_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
 /// Reads Lance datasets of one warehouse through one manifest store.
+///
+/// Every dataset it opens shares one Lance [`Session`]: manifests, file metadata and indices
+/// read by one request are there for the next. What it caches is immutable (a manifest is keyed
+/// by its version and e-tag, data files by their unique names); which version is latest is
+/// always asked of the manifest store, so a cached entry never hides a newer commit.
 #[derive(Debug, Clone)]
 pub struct Engine {
     warehouse: Warehouse,
     handler: Arc<dyn CommitHandler>,
+    session: Arc<Session>,
 }
 
 impl Engine {
@@ -164,7 +177,16 @@ impl Engine {
         let handler = Arc::new(ExternalManifestCommitHandler {
             external_manifest_store: store,
         });
-        Self { warehouse, handler }
+        let session = Arc::new(Session::new(
+            INDEX_CACHE_BYTES,
+            METADATA_CACHE_BYTES,
+            Arc::new(ObjectStoreRegistry::default()),
+        ));
+        Self {
+            warehouse,
+            handler,
+            session,
+        }
     }
 
     /// A read-only engine: its commit handler cannot write a manifest row.
@@ -199,6 +221,7 @@ impl Engine {
             mode,
             commit_handler: Some(self.handler.clone()),
             store_params: self.warehouse.store_params(table),
+            session: Some(self.session.clone()),
             ..Default::default()
         }
     }
@@ -210,7 +233,8 @@ impl Engine {
         version: Option<u64>,
     ) -> Result<Dataset, EngineError> {
         let mut builder = DatasetBuilder::from_uri(self.warehouse.uri(table))
-            .with_commit_handler(self.handler.clone());
+            .with_commit_handler(self.handler.clone())
+            .with_session(self.session.clone());
         if let Some(params) = self.warehouse.store_params(table) {
             builder = builder.with_store_params(params);
         }
@@ -389,6 +413,7 @@ impl WriteEngine {
         let uri = self.engine.warehouse.uri(&staged.table);
         let mut commit = CommitBuilder::new(uri.as_str())
             .with_commit_handler(self.engine.handler.clone())
+            .with_session(self.engine.session.clone())
             .with_retry_timeout(COMMIT_RETRY_TIMEOUT)
             .with_max_retries(COMMIT_MAX_RETRIES);
         if let Some(store_params) = self.engine.warehouse.store_params(&staged.table) {
@@ -437,13 +462,19 @@ impl WriteEngine {
     pub async fn drop_table(&self, table: &TableRef) -> Result<usize, EngineError> {
         let _guard = self.lock(table).await;
         self.engine.warehouse.remove(table).await?;
-        self.manifests
+        let removed = self
+            .manifests
             .delete_all(&self.engine.warehouse.manifest_base_uri(table))
             .await
             .map_err(|source| EngineError::Manifests {
                 table: table.clone(),
                 source,
-            })
+            });
+        // A table created again under this name restarts at version 1. Manifests are told apart
+        // by their e-tags, but Lance keys some entries (transactions read while committing) by
+        // version alone: nothing of the dropped table may answer for the new one.
+        self.engine.session.file_metadata_cache().clear().await;
+        removed
     }
 }
 

@@ -1,5 +1,5 @@
 //! The DataFusion view of a warehouse: catalog `lake`, one schema per namespace, one table per
-//! Lance dataset, each opened at its latest version when a query first names it.
+//! Lance dataset, each opened at its latest version when a statement names it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,14 +15,28 @@ use crate::engine::{Engine, EngineError, TableRef};
 /// The one catalog name lake serves.
 pub const CATALOG: &str = "lake";
 
-/// A snapshot of the warehouse layout, taken per request.
+/// The warehouse as DataFusion sees it. A table is opened (at its latest version, through the
+/// manifest store) when a statement names it, whether or not it was listed, so a statement never
+/// needs the warehouse listed: only `information_schema` (and the `SHOW` statements built on it)
+/// enumerate, and only they pay for a listing ([`LakeCatalog::listed`]).
 #[derive(Debug)]
 pub struct LakeCatalog {
+    engine: Engine,
+    /// Namespace → tables, when listed.
     schemas: BTreeMap<String, Arc<NamespaceSchema>>,
 }
 
 impl LakeCatalog {
-    pub async fn load(engine: &Engine) -> Result<Self, EngineError> {
+    /// A catalog that resolves the tables a statement names, without listing the warehouse.
+    pub fn unlisted(engine: &Engine) -> Self {
+        Self {
+            engine: engine.clone(),
+            schemas: BTreeMap::new(),
+        }
+    }
+
+    /// A catalog with the warehouse listed now, for statements that enumerate it.
+    pub async fn listed(engine: &Engine) -> Result<Self, EngineError> {
         let mut schemas: BTreeMap<String, Vec<TableName>> = BTreeMap::new();
         for table in engine.list_tables().await? {
             schemas
@@ -31,6 +45,7 @@ impl LakeCatalog {
                 .push(table.table);
         }
         Ok(Self {
+            engine: engine.clone(),
             schemas: schemas
                 .into_iter()
                 .filter_map(|(ns, tables)| {
@@ -48,7 +63,11 @@ impl LakeCatalog {
         })
     }
 
-    /// Namespace → tables, sorted.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Namespace → tables, sorted (empty unless [`LakeCatalog::listed`]).
     pub fn tables(&self) -> impl Iterator<Item = (&str, &[TableName])> {
         self.schemas
             .iter()
@@ -61,10 +80,18 @@ impl CatalogProvider for LakeCatalog {
         self.schemas.keys().cloned().collect()
     }
 
+    /// A listed namespace, or any valid namespace name: its tables resolve when named (a
+    /// namespace created since the listing, or never listed, is no different).
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        self.schemas
-            .get(name)
-            .map(|s| s.clone() as Arc<dyn SchemaProvider>)
+        if let Some(schema) = self.schemas.get(name) {
+            return Some(schema.clone() as Arc<dyn SchemaProvider>);
+        }
+        let namespace = NamespaceName::parse(name).ok()?;
+        Some(Arc::new(NamespaceSchema {
+            engine: self.engine.clone(),
+            namespace,
+            tables: Vec::new(),
+        }))
     }
 }
 
@@ -90,10 +117,12 @@ impl SchemaProvider for NamespaceSchema {
             },
             None => (name, None),
         };
-        let Some(table) = self.tables.iter().find(|t| t.as_str() == base) else {
+        // Any valid name is looked up, listed or not: the manifest store says whether it exists
+        // and which version is latest (a table created after the listing is found).
+        let Ok(table) = TableName::parse(base) else {
             return Ok(None);
         };
-        let table = TableRef::new(self.namespace.clone(), table.clone());
+        let table = TableRef::new(self.namespace.clone(), table);
         match self.engine.open(&table, version).await {
             Ok(dataset) => Ok(Some(Arc::new(LanceTableProvider::new(
                 Arc::new(dataset),

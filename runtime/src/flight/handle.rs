@@ -14,6 +14,9 @@ type HmacSha256 = Hmac<Sha256>;
 const TAG_LEN: usize = 32;
 /// Bound parameters of one statement, as Arrow IPC: far more than a row of values needs.
 pub(super) const MAX_PARAMS_BYTES: usize = 1024 * 1024;
+/// Bound rows one prepared update may carry (JDBC's `executeBatch`, ADBC's `executemany`): they
+/// are held, as one `VALUES`, until the write commits.
+pub(super) const MAX_BATCH_PARAMS_BYTES: usize = 16 * 1024 * 1024;
 /// The largest handle accepted: the SQL and parameters, JSON-encoded.
 const MAX_HANDLE_BYTES: usize = 16 * 1024 * 1024;
 

@@ -1,6 +1,7 @@
 //! Arrow Flight SQL endpoints of the query and metadata roles.
 
 mod auth;
+mod bind;
 mod bounded;
 mod cancel;
 mod catalog;

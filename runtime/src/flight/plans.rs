@@ -5,13 +5,21 @@
 //! kept plan by a random id inside its signed handle, and still carries the statement: a ticket
 //! redeemed twice, after [`TTL`], or on a restarted process is planned again from its SQL. Kept
 //! plans are bounded in number and age (a plan holds its tables' opened metadata).
+//!
+//! CancelFlightInfo cancels a planned statement by the same id: a DoGet streaming its rows ends
+//! with CANCELLED (its work stops with the stream), and a kept plan not yet redeemed is dropped,
+//! its DoGet refused.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arrow_flight::error::FlightError;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
+use futures::StreamExt;
+use futures::stream::{AbortHandle, Abortable, BoxStream};
+use tonic::Status;
 
 /// How long a plan waits for its DoGet: clients redeem a ticket at once.
 pub(super) const TTL: Duration = Duration::from_secs(30);
@@ -21,6 +29,23 @@ pub(super) const CAPACITY: usize = 256;
 #[derive(Default)]
 pub(super) struct PlanCache {
     entries: Mutex<HashMap<u64, Kept>>,
+    /// DoGets streaming a plan's rows, by plan id.
+    running: Mutex<HashMap<u64, AbortHandle>>,
+    /// Plans cancelled before their DoGet, until [`TTL`] has passed.
+    cancelled: Mutex<HashMap<u64, Instant>>,
+}
+
+/// What CancelFlightInfo did to a planned statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cancel {
+    /// It was running or waiting for its DoGet, and will not return rows.
+    Cancelled,
+    /// It is not running (finished, or never redeemed within [`TTL`]).
+    NotCancellable,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct Kept {
@@ -52,16 +77,81 @@ impl PlanCache {
         id
     }
 
-    /// The plan kept under `id`, once: a second redemption plans again.
-    pub(super) fn take(&self, id: u64) -> Option<(SessionContext, LogicalPlan)> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let kept = entries.remove(&id)?;
-        (kept.at.elapsed() < TTL).then_some((kept.ctx, kept.plan))
+    /// The plan kept under `id`, once: a second redemption plans again. A cancelled plan is
+    /// refused.
+    pub(super) fn take(&self, id: u64) -> Result<Option<(SessionContext, LogicalPlan)>, Status> {
+        {
+            let mut cancelled = lock(&self.cancelled);
+            cancelled.retain(|_, at| at.elapsed() < TTL);
+            if cancelled.contains_key(&id) {
+                return Err(Status::cancelled(
+                    "the query was cancelled (CancelFlightInfo)",
+                ));
+            }
+        }
+        let mut entries = lock(&self.entries);
+        let Some(kept) = entries.remove(&id) else {
+            return Ok(None);
+        };
+        Ok((kept.at.elapsed() < TTL).then_some((kept.ctx, kept.plan)))
+    }
+
+    /// `rows`, the DoGet stream of plan `id`, cancellable until it ends or is dropped: once
+    /// cancelled it stops (dropping the query's work) and ends with CANCELLED, never as if
+    /// complete.
+    pub(super) fn cancellable(
+        self: &Arc<Self>,
+        id: u64,
+        rows: BoxStream<'static, Result<arrow::record_batch::RecordBatch, FlightError>>,
+    ) -> BoxStream<'static, Result<arrow::record_batch::RecordBatch, FlightError>> {
+        let (abort, registration) = AbortHandle::new_pair();
+        lock(&self.running).insert(id, abort.clone());
+        let running = Running {
+            cache: Arc::clone(self),
+            id,
+        };
+        let end = futures::stream::once(async move {
+            let _running = running;
+            abort.is_aborted()
+        })
+        .filter_map(|aborted| async move {
+            aborted.then(|| {
+                Err(FlightError::Tonic(Box::new(Status::cancelled(
+                    "the query was cancelled (CancelFlightInfo)",
+                ))))
+            })
+        });
+        Abortable::new(rows, registration).chain(end).boxed()
+    }
+
+    /// Cancels plan `id`: its running DoGet, or its kept plan.
+    pub(super) fn cancel(&self, id: u64) -> Cancel {
+        if let Some(abort) = lock(&self.running).remove(&id) {
+            abort.abort();
+            return Cancel::Cancelled;
+        }
+        if lock(&self.entries).remove(&id).is_some() {
+            lock(&self.cancelled).insert(id, Instant::now());
+            return Cancel::Cancelled;
+        }
+        Cancel::NotCancellable
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
         self.entries.lock().unwrap().len()
+    }
+}
+
+/// A DoGet of a kept plan, registered while its stream lives.
+struct Running {
+    cache: Arc<PlanCache>,
+    id: u64,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        lock(&self.cache.running).remove(&self.id);
     }
 }
 
@@ -78,9 +168,35 @@ mod tests {
         let cache = PlanCache::default();
         let ctx = SessionContext::new();
         let id = cache.put(ctx.clone(), plan(&ctx).await);
-        assert!(cache.take(id).is_some());
-        assert!(cache.take(id).is_none());
-        assert!(cache.take(id ^ 1).is_none());
+        assert!(cache.take(id).unwrap().is_some());
+        assert!(cache.take(id).unwrap().is_none());
+        assert!(cache.take(id ^ 1).unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_plan_is_refused_and_a_running_one_ends_cancelled() {
+        let cache = Arc::new(PlanCache::default());
+        let ctx = SessionContext::new();
+        let waiting = cache.put(ctx.clone(), plan(&ctx).await);
+        assert_eq!(cache.cancel(waiting), Cancel::Cancelled);
+        match cache.take(waiting) {
+            Err(refused) => assert_eq!(refused.code(), tonic::Code::Cancelled),
+            Ok(kept) => panic!("a cancelled plan was redeemed: {}", kept.is_some()),
+        }
+
+        let running = 7;
+        let rows = futures::stream::pending().boxed();
+        let mut stream = cache.cancellable(running, rows);
+        assert_eq!(cache.cancel(running), Cancel::Cancelled);
+        match stream.next().await {
+            Some(Err(FlightError::Tonic(status))) => {
+                assert_eq!(status.code(), tonic::Code::Cancelled)
+            }
+            other => panic!("a cancelled stream ended with {other:?}"),
+        }
+        assert!(stream.next().await.is_none());
+        drop(stream);
+        assert_eq!(cache.cancel(running), Cancel::NotCancellable, "finished");
     }
 
     #[tokio::test]
@@ -92,6 +208,9 @@ mod tests {
             cache.put(ctx.clone(), plan(&ctx).await);
         }
         assert_eq!(cache.len(), CAPACITY);
-        assert!(cache.take(first).is_none(), "the oldest plan was kept");
+        assert!(
+            cache.take(first).unwrap().is_none(),
+            "the oldest plan was kept"
+        );
     }
 }

@@ -16,6 +16,7 @@ use arrow_flight::sql::DoPutPreparedStatementResult;
 use arrow_flight::sql::metadata::{SqlInfoData, XdbcTypeInfoData};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
+    ActionBeginTransactionRequest, ActionBeginTransactionResult,
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
     ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
     CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
@@ -39,7 +40,7 @@ use lake_common::stage::{DESCRIBE_STAGE_ACTION, METADATA_ENDPOINT_ACTION};
 use super::auth::Tokens;
 
 use super::catalog::{CATALOG, LakeCatalog};
-use super::handle::{Handle, HandleCodec, MAX_PARAMS_BYTES, params_to_ipc};
+use super::handle::{Handle, HandleCodec, MAX_BATCH_PARAMS_BYTES, MAX_PARAMS_BYTES, params_to_ipc};
 use super::limits::{Governor, Limits};
 use super::plans::PlanCache;
 use super::redact::Redactor;
@@ -398,9 +399,13 @@ impl LakeFlightSql {
             handle => {
                 // The plan GetFlightInfo made, or (redeemed before, expired, another process)
                 // the statement planned again.
-                let kept = match &handle {
-                    Handle::Planned { id, .. } => self.plans.take(*id),
+                let planned = match &handle {
+                    Handle::Planned { id, .. } => Some(*id),
                     _ => None,
+                };
+                let kept = match planned {
+                    Some(id) => self.plans.take(id)?,
+                    None => None,
                 };
                 let (ctx, plan) = match kept {
                     Some(kept) => kept,
@@ -441,6 +446,10 @@ impl LakeFlightSql {
                         }
                     })
                     .boxed();
+                let wire = match planned {
+                    Some(id) => self.plans.cancellable(id, wire),
+                    None => wire,
+                };
                 let wire = with_deadline(wire, deadline, slot);
                 Ok(Response::new(encode(schema, wire)))
             }
@@ -592,8 +601,47 @@ impl LakeFlightSql {
         Ok(Response::new(info))
     }
 
+    /// CancelFlightInfo: cancels the planned statement of each of the info's tickets.
+    fn cancel_flight_info(
+        &self,
+        body: &[u8],
+    ) -> Result<arrow_flight::CancelFlightInfoResult, Status> {
+        use arrow_flight::sql::{Any, Command};
+        let request = arrow_flight::CancelFlightInfoRequest::decode(body).map_err(|e| {
+            Status::invalid_argument(format!(
+                "CancelFlightInfo needs a CancelFlightInfoRequest: {e}"
+            ))
+        })?;
+        let info = request
+            .info
+            .ok_or_else(|| Status::invalid_argument("CancelFlightInfo names no FlightInfo"))?;
+        let mut status = arrow_flight::CancelStatus::NotCancellable;
+        for endpoint in info.endpoint {
+            let Some(ticket) = endpoint.ticket else {
+                continue;
+            };
+            let command = Any::decode(&*ticket.ticket)
+                .map_err(|e| Status::invalid_argument(format!("not a lake ticket: {e}")))
+                .and_then(|any| {
+                    Command::try_from(any)
+                        .map_err(|e| Status::invalid_argument(format!("not a lake ticket: {e}")))
+                })?;
+            let Command::TicketStatementQuery(ticket) = command else {
+                return Err(Status::invalid_argument("not a lake statement ticket"));
+            };
+            if let Handle::Planned { id, .. } = self.handles.decode(&ticket.statement_handle)?
+                && self.plans.cancel(id) == super::plans::Cancel::Cancelled
+            {
+                status = arrow_flight::CancelStatus::Cancelled;
+            }
+        }
+        Ok(arrow_flight::CancelFlightInfoResult {
+            status: status as i32,
+        })
+    }
+
     async fn catalog(&self) -> Result<LakeCatalog, Status> {
-        LakeCatalog::load(self.engine())
+        LakeCatalog::listed(self.engine())
             .await
             .map_err(engine_status)
     }
@@ -684,8 +732,11 @@ fn decode_status(what: &str, e: arrow_flight::error::FlightError) -> Status {
 }
 
 /// The parameter batches a client sends with DoPut: every message checked before decoding, and
-/// no more than [`MAX_PARAMS_BYTES`] of them held.
-async fn parameters(data: PeekableFlightDataStream) -> Result<Vec<RecordBatch>, Status> {
+/// no more than `limit` bytes of them held.
+async fn parameters(
+    data: PeekableFlightDataStream,
+    limit: usize,
+) -> Result<Vec<RecordBatch>, Status> {
     let mut stream = FlightRecordBatchStream::new_from_flight_data(
         super::ingress::checked(data).map_err(arrow_flight::error::FlightError::from),
     );
@@ -697,9 +748,9 @@ async fn parameters(data: PeekableFlightDataStream) -> Result<Vec<RecordBatch>, 
         .map_err(|e| decode_status("bad parameters", e))?
     {
         held += batch.get_array_memory_size();
-        if held > MAX_PARAMS_BYTES {
+        if held > limit {
             return Err(Status::invalid_argument(format!(
-                "bound parameters exceed {MAX_PARAMS_BYTES} bytes"
+                "bound parameters exceed {limit} bytes: send fewer rows per batch"
             )));
         }
         batches.push(batch);
@@ -854,24 +905,30 @@ impl FlightSqlService for LakeFlightSql {
         .map_err(|e| Status::internal(format!("the ingest failed inside the server: {e}")))?
     }
 
+    /// A prepared update: its statement with no values, one row or many. Every row of an
+    /// `INSERT` is one write, one commit — what JDBC's `executeBatch` and ADBC's `executemany`
+    /// send as one DoPut.
     async fn do_put_prepared_statement_update(
         &self,
         command: CommandPreparedStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         self.writer()?;
-        let bound = parameters(request.into_inner()).await?;
-        if bound.iter().any(|b| b.num_rows() > 0) {
-            return Err(Status::unimplemented(
-                "parameterised writes are not supported yet; inline the values",
-            ));
-        }
+        let bound = parameters(request.into_inner(), MAX_BATCH_PARAMS_BYTES).await?;
+        let rows = super::bind::rows_of(&bound)?;
         let (sql, params) = self
             .handles
             .decode(&command.prepared_statement_handle)?
             .statement()?;
         let ctx = self.session().await?;
-        match sql::plan(&ctx, &sql, params).await? {
+        // Rows sent with the update are the ones to write; a handle's own row (bound by an
+        // earlier DoPut, as ADBC does before `executemany`) counts only when none are sent.
+        let planned = if rows.is_empty() {
+            sql::plan(&ctx, &sql, params).await?
+        } else {
+            sql::plan_rows(&ctx, &sql, rows).await?
+        };
+        match planned {
             Planned::Write(write) => self.write(&ctx, write).await,
             Planned::Read(_) => Err(Status::invalid_argument(
                 "this is a query; execute it as a query, not an update",
@@ -879,17 +936,26 @@ impl FlightSqlService for LakeFlightSql {
         }
     }
 
+    /// Plans the statement to describe it: a query's result schema, or an empty one for a write
+    /// (JDBC tells updates from queries by it), and the parameters' types.
     async fn do_action_create_prepared_statement(
         &self,
         query: ActionCreatePreparedStatementRequest,
         _request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let ctx = self.session().await?;
-        let schema = match sql::plan(&ctx, &query.query, None).await? {
-            Planned::Read(plan) => wire_schema(plan.schema().as_arrow()),
-            Planned::Write(_) => {
+        let (schema, parameters) = match sql::plan(&ctx, &query.query, None).await? {
+            Planned::Read(plan) => (
+                wire_schema(plan.schema().as_arrow()),
+                super::bind::parameter_schema(&plan)?,
+            ),
+            Planned::Write(write) => {
                 self.writer()?;
-                rows_schema()
+                let parameters = match write.parameters() {
+                    Some(plan) => super::bind::parameter_schema(plan)?,
+                    None => None,
+                };
+                (Arc::new(Schema::empty()), parameters)
             }
         };
         let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &Default::default())
@@ -898,7 +964,7 @@ impl FlightSqlService for LakeFlightSql {
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: self.handles.encode(&Handle::Sql(query.query)).into(),
             dataset_schema,
-            parameter_schema: Default::default(),
+            parameter_schema: super::bind::schema_bytes(parameters)?,
         })
     }
 
@@ -911,7 +977,7 @@ impl FlightSqlService for LakeFlightSql {
             .handles
             .decode(&query.prepared_statement_handle)?
             .statement()?;
-        let batches = parameters(request.into_inner()).await?;
+        let batches = parameters(request.into_inner(), MAX_PARAMS_BYTES).await?;
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
         let handle = match (rows, batches.into_iter().find(|b| b.num_rows() > 0)) {
             (0, _) | (_, None) => Handle::Sql(sql),
@@ -965,10 +1031,27 @@ impl FlightSqlService for LakeFlightSql {
                 };
                 Ok(Response::new(Box::pin(stream::iter([Ok(result)]))))
             }
+            "CancelFlightInfo" => {
+                let result = self.cancel_flight_info(&request.get_ref().body)?;
+                let result = arrow_flight::Result {
+                    body: result.encode_to_vec().into(),
+                };
+                Ok(Response::new(Box::pin(stream::iter([Ok(result)]))))
+            }
             other => Err(Status::unimplemented(format!(
                 "action {other:?} is not supported"
             ))),
         }
+    }
+
+    async fn do_action_begin_transaction(
+        &self,
+        _query: ActionBeginTransactionRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionBeginTransactionResult, Status> {
+        Err(Status::unimplemented(
+            "transactions are not supported: each statement commits on its own (autocommit)",
+        ))
     }
 
     async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
@@ -990,6 +1073,10 @@ impl FlightSqlService for LakeFlightSql {
             action(
                 METADATA_ENDPOINT_ACTION,
                 "The metadata endpoint that takes writes (empty if none is configured)",
+            ),
+            action(
+                "CancelFlightInfo",
+                "Cancel the query of a FlightInfo: its DoGet ends with CANCELLED",
             ),
         ])
     }
@@ -1125,7 +1212,9 @@ impl FlightSqlService for LakeFlightSql {
                         table.clone(),
                     );
                     match self.engine().open(&t, None).await {
-                        Ok(dataset) => wire_schema(&Schema::from(dataset.schema())),
+                        Ok(dataset) => {
+                            super::types::described(&wire_schema(&Schema::from(dataset.schema())))
+                        }
                         // Listed without columns: one unreadable dataset must not hide the rest.
                         Err(e) => {
                             tracing::warn!(table = %t, error = %e, "a table cannot be opened");

@@ -60,6 +60,16 @@ pub enum Write {
     CopyInto(CopyInto),
 }
 
+impl Write {
+    /// The plan whose placeholders are this write's parameters, if it can have any.
+    pub fn parameters(&self) -> Option<&LogicalPlan> {
+        match self {
+            Write::Insert { rows, .. } => Some(rows),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum Planned {
     Read(LogicalPlan),
@@ -114,11 +124,37 @@ pub async fn session(
         .build();
     let ctx = SessionContext::new_with_state(state);
     super::bounded::register(&ctx);
-    let catalog = LakeCatalog::load(engine)
+    // Tables resolve when a statement names them; the warehouse is listed only for a
+    // statement that enumerates it (see `plan`).
+    ctx.register_catalog(CATALOG, Arc::new(LakeCatalog::unlisted(engine)));
+    Ok(ctx)
+}
+
+/// Whether a statement reads `information_schema`, directly or as a `SHOW`: only such a
+/// statement needs the warehouse listed. A statement that cannot be resolved is listed too.
+fn enumerates_the_warehouse(statement: &DFStatement) -> bool {
+    match datafusion::sql::resolve::resolve_table_references(statement, true) {
+        Ok((tables, _)) => tables.iter().any(|t| {
+            t.schema() == Some(datafusion::catalog::information_schema::INFORMATION_SCHEMA)
+        }),
+        Err(_) => true,
+    }
+}
+
+/// Replaces `ctx`'s catalog with one listing the warehouse as it is now.
+async fn list_the_warehouse(ctx: &SessionContext) -> Result<(), Status> {
+    let Some(catalog) = ctx.catalog(CATALOG) else {
+        return Ok(());
+    };
+    let catalog: Arc<dyn std::any::Any + Send + Sync> = catalog;
+    let Ok(catalog) = catalog.downcast::<LakeCatalog>() else {
+        return Ok(());
+    };
+    let listed = LakeCatalog::listed(catalog.engine())
         .await
         .map_err(|e| Status::unavailable(format!("cannot list the warehouse: {e}")))?;
-    ctx.register_catalog(CATALOG, Arc::new(catalog));
-    Ok(ctx)
+    ctx.register_catalog(CATALOG, Arc::new(listed));
+    Ok(())
 }
 
 /// Maps DataFusion errors to the gRPC codes clients rely on.
@@ -267,14 +303,15 @@ pub async fn plan(
     super::depth::check(sql)?;
     if let Some(copy) = super::copy::parse(sql) {
         if params.is_some() {
-            return Err(Status::unimplemented(
-                "parameterised writes are not supported yet; inline the values",
-            ));
+            return Err(unbindable());
         }
         return copy.map(|c| Planned::Write(Write::CopyInto(c)));
     }
     let mut statement = parse_one(sql)?;
     number_placeholders(&mut statement);
+    if enumerates_the_warehouse(&statement) {
+        list_the_warehouse(ctx).await?;
+    }
     // DELETE: Lance takes the predicate as SQL text.
     if let DFStatement::Statement(boxed) = &statement
         && let Statement::Delete(delete) = boxed.as_ref()
@@ -289,9 +326,7 @@ pub async fn plan(
             return Err(Status::invalid_argument("DELETE FROM must name a table"));
         };
         if params.is_some() {
-            return Err(Status::unimplemented(
-                "parameterised writes are not supported yet; inline the values",
-            ));
+            return Err(unbindable());
         }
         let name = TableReference::from(name.to_string().as_str());
         return Ok(Planned::Write(Write::Delete {
@@ -304,12 +339,53 @@ pub async fn plan(
         .statement_to_plan(statement)
         .await
         .map_err(status)?;
-    // Every write path comes through here: refuse bound parameters once, for all of them.
-    if params.is_some() && matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Dml(_)) {
-        return Err(Status::unimplemented(
-            "parameterised writes are not supported yet; inline the values",
-        ));
+    // Every write path comes through here: values bind into an INSERT's rows, nowhere else.
+    if let Some(values) = params {
+        return match classify(sql, plan)? {
+            Planned::Write(Write::Insert { table, rows }) => Ok(Planned::Write(Write::Insert {
+                table,
+                rows: super::bind::bind_rows(rows, &[values])?,
+            })),
+            Planned::Write(_) => Err(unbindable()),
+            Planned::Read(read) => {
+                refuse_nested_writes(&read)?;
+                Ok(Planned::Read(
+                    read.with_param_values(values).map_err(status)?,
+                ))
+            }
+        };
     }
+    classify(sql, plan)
+}
+
+fn unbindable() -> Status {
+    Status::unimplemented(
+        "parameters bind only to INSERT and to queries; inline the values in this statement",
+    )
+}
+
+/// Plans `sql` with `rows` of values bound: an `INSERT`, all of whose rows are one write (one
+/// commit). Anything else binds one row at most (see [`plan`]).
+pub async fn plan_rows(
+    ctx: &SessionContext,
+    sql: &str,
+    rows: Vec<Vec<ScalarValue>>,
+) -> Result<Planned, Status> {
+    match plan(ctx, sql, None).await? {
+        Planned::Write(Write::Insert { table, rows: input }) => Ok(Planned::Write(Write::Insert {
+            table,
+            rows: super::bind::bind_rows(input, &rows)?,
+        })),
+        Planned::Write(_) => Err(unbindable()),
+        Planned::Read(_) => Err(Status::invalid_argument(format!(
+            "a query binds one row of parameters, got {}",
+            rows.len()
+        ))),
+    }
+}
+
+/// The logical plan of a statement as what to do with it.
+fn classify(sql: &str, plan: LogicalPlan) -> Result<Planned, Status> {
     Ok(match plan {
         LogicalPlan::Copy(_) => return Err(outside_the_lake("COPY … TO writes files")),
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_)) => {
@@ -375,9 +451,9 @@ pub async fn plan(
         LogicalPlan::Statement(_) => {
             return Err(Status::unimplemented(format!("not supported: {sql}")));
         }
-        read => Planned::Read(match refuse_nested_writes(&read).and(Ok(params))? {
-            Some(values) => read.with_param_values(values).map_err(status)?,
-            None => read,
-        }),
+        read => {
+            refuse_nested_writes(&read)?;
+            Planned::Read(read)
+        }
     })
 }

@@ -51,3 +51,113 @@ pub fn xdbc_type_info() -> XdbcTypeInfoData {
     // The entries above are consistent by construction; build() only validates them.
     builder.build().expect("static XDBC type table is valid")
 }
+
+/// Field metadata keys Flight SQL clients read for a column (JDBC's `getColumns`).
+const TYPE_NAME: &str = "ARROW:FLIGHT:SQL:TYPE_NAME";
+const PRECISION: &str = "ARROW:FLIGHT:SQL:PRECISION";
+const SCALE: &str = "ARROW:FLIGHT:SQL:SCALE";
+
+/// (SQL type name, precision, scale) of a column of `data_type`, as the DDL names it: precision is
+/// JDBC's COLUMN_SIZE (digits of a number, characters of a date or timestamp), scale its
+/// DECIMAL_DIGITS (a decimal's scale, a timestamp's fractional digits). `None` for a type no DDL
+/// creates.
+fn sql_type(
+    data_type: &arrow::datatypes::DataType,
+) -> Option<(&'static str, Option<i32>, Option<i32>)> {
+    use arrow::datatypes::{DataType, TimeUnit};
+    let size = |name: &str| {
+        TYPES
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .and_then(|(_, _, s)| *s)
+    };
+    Some(match data_type {
+        DataType::Boolean => ("BOOLEAN", size("BOOLEAN"), None),
+        DataType::Int8 => ("TINYINT", size("TINYINT"), Some(0)),
+        DataType::Int16 => ("SMALLINT", size("SMALLINT"), Some(0)),
+        DataType::Int32 => ("INTEGER", size("INTEGER"), Some(0)),
+        DataType::Int64 => ("BIGINT", size("BIGINT"), Some(0)),
+        DataType::Float32 => ("REAL", size("REAL"), None),
+        DataType::Float64 => ("DOUBLE", size("DOUBLE"), None),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ("VARCHAR", None, None),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
+            ("VARBINARY", None, None)
+        }
+        DataType::Date32 | DataType::Date64 => ("DATE", size("DATE"), None),
+        DataType::Timestamp(unit, _) => {
+            let digits = match unit {
+                TimeUnit::Second => 0,
+                TimeUnit::Millisecond => 3,
+                TimeUnit::Microsecond => 6,
+                TimeUnit::Nanosecond => 9,
+            };
+            // `yyyy-mm-dd hh:mm:ss` and a point before any fractional digits.
+            (
+                "TIMESTAMP",
+                Some(19 + digits + i32::from(digits > 0)),
+                Some(digits),
+            )
+        }
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
+            ("DECIMAL", Some(i32::from(*p)), Some(i32::from(*s)))
+        }
+        _ => return None,
+    })
+}
+
+/// `schema` with each column's SQL type name, precision and scale in its field metadata, as
+/// GetTables reports a table's columns.
+pub fn described(schema: &arrow::datatypes::Schema) -> arrow::datatypes::SchemaRef {
+    let fields: Vec<arrow::datatypes::Field> = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            let Some((name, precision, scale)) = sql_type(field.data_type()) else {
+                return field.as_ref().clone();
+            };
+            let mut metadata = field.metadata().clone();
+            metadata.insert(TYPE_NAME.into(), name.into());
+            if let Some(p) = precision {
+                metadata.insert(PRECISION.into(), p.to_string());
+            }
+            if let Some(s) = scale {
+                metadata.insert(SCALE.into(), s.to_string());
+            }
+            field.as_ref().clone().with_metadata(metadata)
+        })
+        .collect();
+    std::sync::Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+
+    #[test]
+    fn columns_carry_their_sql_type_precision_and_scale() {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("price", DataType::Decimal128(10, 2), true),
+            Field::new("at", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("odd", DataType::Duration(TimeUnit::Second), true),
+        ]);
+        let described = super::described(&schema);
+        let meta = |i: usize, key: &str| described.field(i).metadata().get(key).cloned();
+        assert_eq!(meta(0, super::TYPE_NAME).as_deref(), Some("BIGINT"));
+        assert_eq!(meta(0, super::PRECISION).as_deref(), Some("19"));
+        assert_eq!(meta(1, super::PRECISION).as_deref(), Some("10"));
+        assert_eq!(meta(1, super::SCALE).as_deref(), Some("2"));
+        assert_eq!(meta(2, super::PRECISION).as_deref(), Some("26"));
+        assert_eq!(meta(2, super::SCALE).as_deref(), Some("6"));
+        assert_eq!(meta(3, super::TYPE_NAME).as_deref(), Some("VARCHAR"));
+        assert_eq!(meta(3, super::PRECISION), None, "unbounded");
+        assert!(
+            described.field(4).metadata().is_empty(),
+            "no SQL name is invented"
+        );
+    }
+}

@@ -53,14 +53,25 @@ with meta.cursor() as cur:
     cur.execute("DROP TABLE sales.gone")
     cur.fetchall()
     expect_error("duplicate table", cur, "CREATE TABLE sales.orders (x INT)", "ALREADY_EXISTS", "sales.orders")
+    # Bound parameters: one row through a query's prepared statement, many through
+    # executemany (one DoPut of every row): each statement is one commit.
+    cur.execute("CREATE TABLE sales.bound (id BIGINT, item VARCHAR, price DOUBLE)")
+    cur.fetchall()
+    cur.execute("INSERT INTO sales.bound VALUES (?, ?, ?)", parameters=(99, "bound", 1.0))
+    check("a parameterised insert returns its row count", cur.fetchall() == [(1,)])
+    cur.executemany("INSERT INTO sales.bound VALUES (?, ?, ?)", [(100 + i, f"many-{i}", i * 0.5) for i in range(500)])
+    cur.execute('SELECT count(*), min(id), max(id), count(item) FROM sales."bound@v3"')
+    check("executemany lands as one version", cur.fetchall() == [(501, 99, 599, 501)])
     try:
-        cur.execute("INSERT INTO sales.orders VALUES (?, ?, ?)", parameters=(99, "bound", 1.0))
+        cur.execute("DELETE FROM sales.bound WHERE id = ?", parameters=(99,))
         cur.fetchall()
-        raise AssertionError("a parameterised insert ran")
+        raise AssertionError("a parameterised delete ran")
     except adbc_driver_manager.Error as e:
-        check("parameterised writes are refused, not run unbound", "parameterised writes" in str(e), str(e))
-    cur.execute("SELECT count(*) FROM sales.orders WHERE id = 99 OR id IS NULL")
-    check("the refused insert wrote nothing", cur.fetchall() == [(0,)])
+        check("parameters elsewhere than INSERT are refused, not run unbound", "parameters bind only to INSERT" in str(e), str(e))
+    cur.execute("SELECT count(*) FROM sales.bound")
+    check("the refused delete deleted nothing", cur.fetchall() == [(501,)])
+    cur.execute("DROP TABLE sales.bound")
+    cur.fetchall()
 
 points = pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": pa.array(["a", "b", "c"])})
 fewer = pa.table({"k": pa.array([7, 8], pa.int64()), "v": pa.array(["x", "y"])})

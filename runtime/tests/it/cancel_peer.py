@@ -1,5 +1,6 @@
-"""Cancellation = dropping the stream: a client cancels a DoGet of a long query and the server
-stops working on it. usage: cancel_peer.py QUERY_URL METADATA_URL SERVER_PID.
+"""Cancellation, both ways a client has: dropping the DoGet stream of a long query, and the
+CancelFlightInfo action naming its FlightInfo. Each time the server stops working on it.
+usage: cancel_peer.py QUERY_URL METADATA_URL SERVER_PID.
 """
 
 import os
@@ -21,6 +22,35 @@ def cpu_seconds():
     with open(f"/proc/{PID}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def wait_idle(what):
+    """Seconds until the server is idle again after `what`; fails after 10 s. An operator finishes
+    the batch it is on before its task yields, so the work takes a moment to stop; a query that is
+    not cancelled keeps the server busy for hours."""
+    cancelled = time.monotonic()
+    while True:
+        window = busy(0.5)
+        if window < 0.05:
+            return time.monotonic() - cancelled
+        if time.monotonic() - cancelled > 10:
+            raise SystemExit(f"the server kept working after {what}: {window:.2f} s of CPU in the last 0.5 s")
+
+
+def cancel_flight_info(info):
+    """The CancelFlightInfo action: CancelFlightInfoRequest { info } → CancelFlightInfoResult."""
+    data = info.serialize()
+    size, n = b"", len(data)
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        size += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            break
+    results = list(client.do_action(flight.Action("CancelFlightInfo", b"\x0a" + size + data)))
+    return results[0].body.to_pybytes()
+
+
+CANCELLED, NOT_CANCELLABLE = b"\x08\x01", b"\x08\x03"
 
 
 def busy(seconds):
@@ -47,15 +77,44 @@ working = busy(2.0)
 if working < 0.5:
     raise SystemExit(f"the query is not running: the server used {working:.2f} s of CPU in 2 s (idle: {idle:.2f} s)")
 reader.cancel()
-# An operator finishes the batch it is on before its task yields, so allow a few seconds for
-# the work to stop; a query that is not cancelled keeps the server busy for hours.
-cancelled = time.monotonic()
-while True:
-    window = busy(0.5)
-    if window < 0.05:
-        break
-    if time.monotonic() - cancelled > 10:
-        raise SystemExit(f"the server kept working after the client cancelled: {window:.2f} s of CPU in the last 0.5 s")
-stopped = time.monotonic() - cancelled
+stopped = wait_idle("the client closed the stream")
 print(f"server CPU: idle {idle:.2f} s/s, running {working / 2:.2f} s/s; idle again {stopped:.1f} s after the cancel")
+
+# CancelFlightInfo while the DoGet runs: the stream ends CANCELLED (never as if complete) and the
+# server stops.
+info = client.get_flight_info(descriptor)
+reader = client.do_get(info.endpoints[0].ticket)
+reader.schema
+if busy(1.0) < 0.3:
+    raise SystemExit("the second query is not running")
+status = cancel_flight_info(info)
+if status != CANCELLED:
+    raise SystemExit(f"CancelFlightInfo answered {status!r}, not CANCELLED")
+try:
+    reader.read_all()
+    raise SystemExit("the cancelled stream ended as if complete")
+except (flight.FlightError, KeyboardInterrupt) as e:
+    # pyarrow's read_all turns a CANCELLED status into KeyboardInterrupt (as if the user pressed
+    # Ctrl-C), raised while handling the FlightCancelledError.
+    e = e.__context__ if isinstance(e, KeyboardInterrupt) else e
+    if "cancel" not in str(e).lower():
+        raise SystemExit(f"the cancelled stream failed, but not as cancelled: {e}")
+stopped = wait_idle("CancelFlightInfo")
+print(f"idle again {stopped:.1f} s after CancelFlightInfo")
+if cancel_flight_info(info) != NOT_CANCELLABLE:
+    raise SystemExit("a finished query was cancelled again")
+
+# CancelFlightInfo before the DoGet: the ticket is refused, nothing runs.
+info = client.get_flight_info(descriptor)
+if cancel_flight_info(info) != CANCELLED:
+    raise SystemExit("a planned query was not cancelled")
+try:
+    client.do_get(info.endpoints[0].ticket).read_all()
+    raise SystemExit("the ticket of a cancelled query still ran")
+except (flight.FlightError, KeyboardInterrupt) as e:
+    # pyarrow's read_all turns a CANCELLED status into KeyboardInterrupt (as if the user pressed
+    # Ctrl-C), raised while handling the FlightCancelledError.
+    e = e.__context__ if isinstance(e, KeyboardInterrupt) else e
+    if "cancel" not in str(e).lower():
+        raise SystemExit(f"the cancelled ticket failed, but not as cancelled: {e}")
 print("ok")

@@ -4,6 +4,8 @@
 mod support;
 
 mod authority;
+mod caches;
+mod clients;
 mod concurrency;
 mod contexts;
 mod flight;

@@ -1,0 +1,358 @@
+// The JDBC conformance suite: Apache Arrow's Flight SQL JDBC driver against a running lake, doing
+// what DBeaver, BI tools and ETL jobs do.
+//
+// usage: java --add-opens=java.base/java.nio=ALL-UNNAMED -cp flight-sql-jdbc-driver.jar \
+//          JdbcConformance.java QUERY_ENDPOINT METADATA_ENDPOINT [QUERY_TOKEN METADATA_TOKEN]
+//        ... JdbcConformance.java --select-all QUERY_ENDPOINT SQL   (prints rows and seconds)
+//
+// Endpoints are grpc://host:port. Each check prints "ok <name>" or "FAIL <name>: <why>"; the last
+// line is "<n> passed, <m> failed" and the exit status is non-zero when any failed. The first line
+// names the namespace it works in ("namespace <ns>"); its table <ns>.batch, written by one
+// executeBatch, is left for the caller to read with another client.
+
+import java.math.BigDecimal;
+import java.sql.Connection;
+import java.sql.DatabaseMetaData;
+import java.sql.Date;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.sql.Timestamp;
+import java.sql.Types;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.atomic.AtomicReference;
+
+public class JdbcConformance {
+    interface Check {
+        void run() throws Exception;
+    }
+
+    static int passed = 0;
+    static int failed = 0;
+
+    static void check(String name, Check check) {
+        try {
+            check.run();
+            passed++;
+            System.out.println("ok " + name);
+        } catch (Throwable e) {
+            failed++;
+            System.out.println("FAIL " + name + ": " + e);
+        }
+    }
+
+    static void expect(String what, Object got, Object want) {
+        if (!String.valueOf(got).equals(String.valueOf(want))) {
+            throw new AssertionError(what + ": got " + got + ", want " + want);
+        }
+    }
+
+    static String url(String endpoint, String token) {
+        String url = "jdbc:arrow-flight-sql://" + endpoint.replaceFirst("^grpc://", "") + "?useEncryption=false";
+        return token == null ? url : url + "&token=" + token;
+    }
+
+    static Connection connect(String endpoint, String token) throws SQLException {
+        return DriverManager.getConnection(url(endpoint, token), new Properties());
+    }
+
+    static long scalar(Connection c, String sql) throws SQLException {
+        try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery(sql)) {
+            if (!rs.next()) {
+                throw new AssertionError(sql + ": no row");
+            }
+            return rs.getLong(1);
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        Class.forName("org.apache.arrow.driver.jdbc.ArrowFlightJdbcDriver");
+        if (args.length == 3 && args[0].equals("--select-all")) {
+            selectAll(args[1], args[2]);
+            return;
+        }
+        if (args.length != 2 && args.length != 4) {
+            System.out.println("usage: JdbcConformance QUERY_ENDPOINT METADATA_ENDPOINT [QUERY_TOKEN METADATA_TOKEN]");
+            System.exit(2);
+        }
+        String queryToken = args.length > 2 ? args[2] : null;
+        String metadataToken = args.length > 2 ? args[3] : null;
+        String ns = "jdbc_" + System.nanoTime();
+        System.out.println("namespace " + ns);
+        try (Connection query = connect(args[0], queryToken); Connection meta = connect(args[1], metadataToken)) {
+            suite(query, meta, ns, args[0], queryToken);
+        }
+        System.out.println(passed + " passed, " + failed + " failed");
+        System.exit(failed > 0 ? 1 : 0);
+    }
+
+    /** Reads every row of `sql` through JDBC and prints "<rows> rows in <seconds> s". */
+    static void selectAll(String endpoint, String sql) throws Exception {
+        try (Connection c = connect(endpoint, null); Statement s = c.createStatement()) {
+            long started = System.nanoTime();
+            long rows = 0;
+            long sum = 0;
+            try (ResultSet rs = s.executeQuery(sql)) {
+                int columns = rs.getMetaData().getColumnCount();
+                while (rs.next()) {
+                    rows++;
+                    for (int i = 1; i <= columns; i++) {
+                        sum += rs.getLong(i);
+                    }
+                }
+            }
+            double seconds = (System.nanoTime() - started) / 1e9;
+            System.out.println(rows + " rows in " + seconds + " s (checksum " + sum + ")");
+        }
+    }
+
+    static void suite(Connection query, Connection meta, String ns, String queryEndpoint, String token) {
+        String t = ns + ".t";
+
+        check("connect and SELECT 1 through Statement.executeQuery", () -> expect("SELECT 1", scalar(query, "SELECT 1"), 1));
+
+        if (token != null) {
+            check("a connection without the token is refused", () -> {
+                try (Connection c = connect(queryEndpoint, null)) {
+                    scalar(c, "SELECT 1");
+                    throw new AssertionError("a query without a token succeeded");
+                } catch (SQLException e) {
+                    if (!String.valueOf(e.getMessage()).toLowerCase().contains("unauthenticated")
+                            && !String.valueOf(e.getCause()).toLowerCase().contains("unauthenticated")) {
+                        throw new AssertionError("not UNAUTHENTICATED: " + e);
+                    }
+                }
+            });
+        }
+
+        check("executeUpdate for DDL returns 0", () -> {
+            try (Statement s = meta.createStatement()) {
+                expect("CREATE SCHEMA", s.executeUpdate("CREATE SCHEMA " + ns), 0);
+                expect("CREATE TABLE", s.executeUpdate("CREATE TABLE " + t
+                        + " (id BIGINT, n INT, small SMALLINT, score DOUBLE, ratio REAL, name VARCHAR, ok BOOLEAN,"
+                        + " day DATE, at TIMESTAMP, price DECIMAL(10, 2))"), 0);
+            }
+        });
+
+        check("executeUpdate for DML returns the row count", () -> {
+            try (Statement s = meta.createStatement()) {
+                expect("INSERT", s.executeUpdate("INSERT INTO " + t + " (id, name) VALUES (1, 'tea'), (2, 'cake')"), 2);
+                expect("DELETE", s.executeUpdate("DELETE FROM " + t + " WHERE id = 2"), 1);
+            }
+        });
+
+        check("PreparedStatement binds a parameter of every type", () -> {
+            try (PreparedStatement p = meta.prepareStatement("INSERT INTO " + t + " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")) {
+                p.setLong(1, 3);
+                p.setInt(2, 42);
+                p.setShort(3, (short) 7);
+                p.setDouble(4, 2.5);
+                p.setFloat(5, 0.25f);
+                p.setString(6, "jam");
+                p.setBoolean(7, true);
+                p.setDate(8, Date.valueOf("2024-02-29"));
+                p.setTimestamp(9, Timestamp.valueOf("2024-02-29 12:34:56"));
+                p.setBigDecimal(10, new BigDecimal("12.34"));
+                expect("rows", p.executeUpdate(), 1);
+            }
+            try (PreparedStatement p = query.prepareStatement(
+                    "SELECT n, small, score, ratio, name, ok, day, at, price FROM " + t + " WHERE id = ?")) {
+                p.setLong(1, 3);
+                try (ResultSet rs = p.executeQuery()) {
+                    if (!rs.next()) {
+                        throw new AssertionError("the bound row is not there");
+                    }
+                    String got = rs.getInt(1) + " " + rs.getShort(2) + " " + rs.getDouble(3) + " " + rs.getFloat(4)
+                            + " " + rs.getString(5) + " " + rs.getBoolean(6) + " " + rs.getDate(7) + " "
+                            + rs.getTimestamp(8) + " " + rs.getBigDecimal(9);
+                    expect("row", got, "42 7 2.5 0.25 jam true 2024-02-29 2024-02-29 12:34:56.0 12.34");
+                }
+            }
+        });
+
+        check("PreparedStatement binds NULL", () -> {
+            try (PreparedStatement p = meta.prepareStatement("INSERT INTO " + t + " (id, name) VALUES (?, ?)")) {
+                p.setLong(1, 4);
+                p.setNull(2, Types.VARCHAR);
+                expect("rows", p.executeUpdate(), 1);
+            }
+            expect("NULL names", scalar(query, "SELECT count(*) FROM " + t + " WHERE id = 4 AND name IS NULL"), 1);
+        });
+
+        String b = ns + ".batch";
+        check("executeBatch of 10,000 rows lands as one table version", () -> {
+            try (Statement s = meta.createStatement()) {
+                s.executeUpdate("CREATE TABLE " + b + " (id BIGINT, name VARCHAR)");
+            }
+            int[] counts;
+            try (PreparedStatement p = meta.prepareStatement("INSERT INTO " + b + " VALUES (?, ?)")) {
+                for (int i = 0; i < 10_000; i++) {
+                    p.setLong(1, i);
+                    p.setString(2, "row-" + i);
+                    p.addBatch();
+                }
+                counts = p.executeBatch();
+            }
+            long total = 0;
+            for (int c : counts) {
+                total += c;
+            }
+            expect("rows counted by executeBatch", total, 10_000);
+            expect("rows", scalar(query, "SELECT count(*) FROM " + b), 10_000);
+            // Version 1 is the CREATE; the batch is version 2, and there is no version 3.
+            expect("rows at version 2", scalar(query, "SELECT count(*) FROM " + ns + ".\"batch@v2\""), 10_000);
+            try {
+                scalar(query, "SELECT count(*) FROM " + ns + ".\"batch@v3\"");
+                throw new AssertionError("the batch made more than one version");
+            } catch (SQLException expected) {
+                // one version
+            }
+        });
+
+        check("time travel reads an earlier version", () -> {
+            // Version 2 holds the first INSERT (ids 1 and 2); DELETE made version 3.
+            expect("rows at version 2", scalar(query, "SELECT count(*) FROM " + ns + ".\"t@v2\""), 2);
+            expect("rows now", scalar(query, "SELECT count(*) FROM " + t + " WHERE id IN (1, 2)"), 1);
+        });
+
+        check("DatabaseMetaData: product, catalogs, schemas", () -> {
+            DatabaseMetaData md = query.getMetaData();
+            expect("product name", md.getDatabaseProductName(), "lake");
+            if (md.getDatabaseProductVersion() == null || md.getDatabaseProductVersion().isEmpty()) {
+                throw new AssertionError("no product version");
+            }
+            List<String> catalogs = new ArrayList<>();
+            try (ResultSet rs = md.getCatalogs()) {
+                while (rs.next()) {
+                    catalogs.add(rs.getString("TABLE_CAT"));
+                }
+            }
+            expect("catalogs", catalogs, List.of("lake"));
+            boolean found = false;
+            try (ResultSet rs = md.getSchemas("lake", ns)) {
+                while (rs.next()) {
+                    found |= rs.getString("TABLE_SCHEM").equals(ns);
+                }
+            }
+            expect("schema " + ns + " listed", found, true);
+        });
+
+        check("DatabaseMetaData.getTables with patterns", () -> {
+            List<String> tables = new ArrayList<>();
+            try (ResultSet rs = query.getMetaData().getTables("lake", ns, "%", null)) {
+                while (rs.next()) {
+                    tables.add(rs.getString("TABLE_NAME") + ":" + rs.getString("TABLE_TYPE"));
+                }
+            }
+            expect("tables", tables, List.of("batch:TABLE", "t:TABLE"));
+            tables.clear();
+            try (ResultSet rs = query.getMetaData().getTables("lake", ns, "b%", new String[] {"TABLE"})) {
+                while (rs.next()) {
+                    tables.add(rs.getString("TABLE_NAME"));
+                }
+            }
+            expect("tables like b%", tables, List.of("batch"));
+        });
+
+        check("DatabaseMetaData.getColumns: types, precision, nullability", () -> {
+            List<String> columns = new ArrayList<>();
+            try (ResultSet rs = query.getMetaData().getColumns("lake", ns, "t", "%")) {
+                while (rs.next()) {
+                    columns.add(rs.getString("COLUMN_NAME") + ":" + rs.getInt("DATA_TYPE") + ":" + rs.getString("TYPE_NAME")
+                            + ":" + rs.getInt("COLUMN_SIZE") + ":" + rs.getInt("DECIMAL_DIGITS") + ":" + rs.getInt("NULLABLE"));
+                }
+            }
+            expect("columns", String.join(" ", columns),
+                    "id:-5:BIGINT:19:0:1 n:4:INTEGER:10:0:1 small:5:SMALLINT:5:0:1 score:8:DOUBLE:15:0:1"
+                            + " ratio:6:REAL:7:0:1 name:12:VARCHAR:65536:0:1 ok:16:BOOLEAN:1:0:1 day:91:DATE:10:0:1"
+                            + " at:93:TIMESTAMP:29:9:1 price:3:DECIMAL:10:2:1");
+        });
+
+        check("DatabaseMetaData: primary keys, type info, keywords", () -> {
+            DatabaseMetaData md = query.getMetaData();
+            try (ResultSet rs = md.getPrimaryKeys("lake", ns, "t")) {
+                expect("primary keys", rs.next(), false);
+            }
+            try (ResultSet rs = md.getTypeInfo()) {
+                while (rs.next()) {
+                    rs.getString("TYPE_NAME");
+                }
+            }
+            String keywords = md.getSQLKeywords();
+            if (keywords == null || !keywords.toUpperCase().contains("SELECT")) {
+                throw new AssertionError("keywords: " + keywords);
+            }
+        });
+
+        check("a bad statement is an SQLException naming it", () -> {
+            try (Statement s = query.createStatement()) {
+                s.executeQuery("SELEC 1");
+                throw new AssertionError("SELEC 1 succeeded");
+            } catch (SQLException e) {
+                String all = e.getMessage() + " " + e.getCause();
+                if (!all.contains("SELEC")) {
+                    throw new AssertionError("the message does not name the SQL: " + all);
+                }
+            }
+        });
+
+        check("a write on the query endpoint is refused, naming the metadata endpoint", () -> {
+            try (Statement s = query.createStatement()) {
+                s.executeUpdate("DROP TABLE " + t);
+                throw new AssertionError("DROP TABLE on query succeeded");
+            } catch (SQLException e) {
+                String all = e.getMessage() + " " + e.getCause();
+                if (!all.contains("metadata endpoint")) {
+                    throw new AssertionError(all);
+                }
+            }
+        });
+
+        check("Statement.cancel stops a running query", () -> {
+            AtomicReference<Throwable> outcome = new AtomicReference<>();
+            Statement s = query.createStatement();
+            Thread running = new Thread(() -> {
+                try (ResultSet rs = s.executeQuery(
+                        "SELECT count(*) FROM generate_series(1, 100000000) a, generate_series(1, 1000) b")) {
+                    rs.next();
+                    outcome.set(new AssertionError("the query finished: " + rs.getLong(1)));
+                } catch (Throwable e) {
+                    outcome.set(e);
+                }
+            });
+            running.start();
+            Thread.sleep(1000);
+            s.cancel();
+            running.join(20_000);
+            if (running.isAlive()) {
+                throw new AssertionError("the query still runs 20 s after cancel()");
+            }
+            if (outcome.get() instanceof AssertionError) {
+                throw (AssertionError) outcome.get();
+            }
+            // Stopped by the cancel, not by some other failure.
+            String why = String.valueOf(outcome.get()) + " " + String.valueOf(outcome.get().getCause());
+            if (!why.toLowerCase().contains("cancel")) {
+                throw new AssertionError("the query ended, but not cancelled: " + why);
+            }
+            s.close();
+            expect("the endpoint answers after the cancel", scalar(query, "SELECT 1"), 1);
+        });
+
+        check("DROP TABLE through executeUpdate", () -> {
+            try (Statement s = meta.createStatement()) {
+                expect("DROP TABLE", s.executeUpdate("DROP TABLE " + t), 0);
+            }
+            try {
+                scalar(query, "SELECT count(*) FROM " + t);
+                throw new AssertionError("the dropped table is still readable");
+            } catch (SQLException expected) {
+                // gone
+            }
+        });
+    }
+}

@@ -160,15 +160,17 @@ def queries_per_second(endpoint, clients, sql, total):
 
 def first_answer(data):
     """Seconds from starting `lake local` on `data` to the first answer of `SELECT 1` through
-    ADBC; and the server's RSS (MiB) once it has answered and gone idle."""
+    ADBC; the server's RSS (MiB) once started (serving, idle), and once it has answered one
+    statement and gone idle again."""
     lake = Lake(data)
     try:
+        started_rss = lake.status("VmRSS")
         with flightsql.connect(lake.query, autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("SELECT 1")
             cur.fetchall()
             elapsed = time.perf_counter() - lake.started
         time.sleep(0.5)
-        return elapsed, lake.status("VmRSS")
+        return elapsed, started_rss, lake.status("VmRSS")
     finally:
         lake.stop()
 
@@ -229,8 +231,9 @@ def run(data, report):
 
     # Start-up and idle memory, on the data directory holding the table.
     starts = [first_answer(data) for _ in range(REPEATS)]
-    start_s = statistics.median(s for s, _ in starts)
-    idle_rss = statistics.median(r for _, r in starts)
+    start_s = statistics.median(s for s, _, _ in starts)
+    idle_rss = statistics.median(r for _, r, _ in starts)
+    answered_rss = statistics.median(r for _, _, r in starts)
 
     # Round trips first, on a fresh server and a fresh client (a client holding a large result
     # slows its own calls: ADBC's Go runtime then has a large heap to collect).
@@ -411,6 +414,7 @@ def run(data, report):
 
     report.add("lake local start -> first answer", start_s, None, "s", None, limit=0.5)
     report.add("idle RSS after start", idle_rss, None, "MiB", None, limit=64)
+    report.add("  idle RSS after one statement", answered_rss, None, "MiB", None)
     report.add(f"peak RSS streaming {mb:.0f} MB out", read_rss, None, "MiB", None, limit=512)
     report.add(f"peak RSS ingesting {nbytes:.0f} MB", ingest_rss, None, "MiB", None, limit=512)
 

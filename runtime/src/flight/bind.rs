@@ -10,9 +10,12 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Values};
 use tonic::Status;
 
-/// Rows bound through an `INSERT … SELECT` (each row plans the SELECT again); `VALUES` takes any
-/// number.
-pub(super) const MAX_SELECT_ROWS: usize = 1_000;
+/// Rows bound through an `INSERT … SELECT` (each row is a copy of the SELECT's plan).
+pub(super) const MAX_SELECT_ROWS: usize = 100;
+/// Values bound in one request (rows × parameters). Each becomes a literal of the plan, some
+/// 350 bytes whatever its Arrow size (a dictionary or a constant column costs nothing on the
+/// wire), so the count is bounded, not only the bytes: 200,000 values hold about 70 MB.
+pub(super) const MAX_BOUND_VALUES: usize = 200_000;
 
 fn bad(e: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("bad bound parameters: {e}"))
@@ -66,8 +69,54 @@ pub(super) fn parameter_schema(plan: &LogicalPlan) -> Result<Option<Schema>, Sta
     Ok(Some(Schema::new(fields)))
 }
 
-/// The rows of `batches`, each a row of values for `$1`, `$2`, … (column order).
+/// Whether a parameter column of `data_type` is a plain value type (dictionary, view, run-end
+/// and nested columns are refused: their wire size says nothing of what they expand to).
+fn bindable(data_type: &DataType) -> bool {
+    data_type.is_primitive()
+        || matches!(
+            data_type,
+            DataType::Boolean
+                | DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Binary
+                | DataType::LargeBinary
+                | DataType::Date32
+                | DataType::Date64
+                | DataType::Decimal128(_, _)
+                | DataType::Decimal256(_, _)
+                | DataType::Null
+        )
+}
+
+/// The rows of `batches`, each a row of values for `$1`, `$2`, … (column order). Refused before
+/// anything is built: more than [`MAX_BOUND_VALUES`] values, no columns, a column of a type that
+/// is not a plain value.
 pub(super) fn rows_of(batches: &[RecordBatch]) -> Result<Vec<Vec<ScalarValue>>, Status> {
+    let mut values = 0usize;
+    for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+        if batch.num_columns() == 0 {
+            return Err(bad("a row of parameters has no values"));
+        }
+        if let Some(field) = batch
+            .schema()
+            .fields()
+            .iter()
+            .find(|f| !bindable(f.data_type()))
+        {
+            return Err(bad(format!(
+                "parameter {} is a {}: bind plain values",
+                field.name(),
+                field.data_type()
+            )));
+        }
+        values = values.saturating_add(batch.num_rows().saturating_mul(batch.num_columns()));
+        if values > MAX_BOUND_VALUES {
+            return Err(bad(format!(
+                "more than {MAX_BOUND_VALUES} values are bound: send fewer rows per batch, or \
+                 load bulk data with ingest"
+            )));
+        }
+    }
     let mut rows = Vec::new();
     for batch in batches {
         for row in 0..batch.num_rows() {
@@ -127,10 +176,21 @@ fn substitute(
     failure.map_or(Ok(bound), Err)
 }
 
-/// An `INSERT`'s input bound to every row of `rows`: its one-row `VALUES` of placeholders
-/// becomes a `VALUES` of all the rows (one plan, one stream, one commit, whatever the count). An
-/// input of another shape (`INSERT … SELECT … WHERE x = ?`) is bound row by row and the results
-/// united, for at most [`MAX_SELECT_ROWS`] rows.
+/// The one-row `VALUES` an `INSERT`'s input reads, if it reads nothing else: the input is that
+/// `VALUES` under projections only (what `INSERT … VALUES (?, …)` plans to). Widening a `VALUES`
+/// under anything else (an aggregate, `DISTINCT`, `LIMIT`) would change what the statement means.
+fn values_row(input: &LogicalPlan) -> Option<&Values> {
+    match input {
+        LogicalPlan::Projection(p) => values_row(&p.input),
+        LogicalPlan::Values(values) if values.values.len() == 1 => Some(values),
+        _ => None,
+    }
+}
+
+/// An `INSERT`'s input bound to every row of `rows`, one plan whatever the count: the one-row
+/// `VALUES` of `INSERT … VALUES (?, …)` becomes a `VALUES` of all the rows; any other input
+/// (`INSERT … SELECT … WHERE x = ?`) is bound row by row and the results united, for at most
+/// [`MAX_SELECT_ROWS`] rows. Every row binds exactly the statement's parameters.
 pub(super) fn bind_rows(
     input: LogicalPlan,
     rows: &[Vec<ScalarValue>],
@@ -147,62 +207,61 @@ pub(super) fn bind_rows(
         };
     }
     if rows.is_empty() {
-        return Err(Status::invalid_argument(
-            "the statement has parameters and no row of values was bound",
-        ));
+        return Err(unbound());
     }
-    let mut failure = None;
-    let mut bound_values = false;
-    let bound = input
-        .clone()
-        .transform_up(|node| match &node {
-            LogicalPlan::Values(values) if values.values.len() == 1 && !bound_values => {
-                let template = &values.values[0];
-                let mut all = Vec::with_capacity(rows.len());
-                for row in rows {
-                    match template
-                        .iter()
-                        .map(|e| substitute(e, row, &types))
-                        .collect::<Result<Vec<_>, _>>()
-                    {
-                        Ok(exprs) => all.push(exprs),
-                        Err(status) => {
-                            failure = Some(status);
-                            return Ok(Transformed::no(node));
-                        }
-                    }
-                }
-                bound_values = true;
-                Ok(Transformed::yes(LogicalPlan::Values(Values {
-                    schema: values.schema.clone(),
-                    values: all,
-                })))
-            }
-            _ => Ok(Transformed::no(node)),
-        })
-        .map_err(|e| Status::internal(e.to_string()))?
-        .data;
-    if let Some(status) = failure {
-        return Err(status);
+    if let Some(row) = rows.iter().find(|r| r.len() != types.len()) {
+        return Err(Status::invalid_argument(format!(
+            "the statement has {} parameters and a row binds {} values",
+            types.len(),
+            row.len()
+        )));
     }
-    let left = bound
-        .get_parameter_types()
-        .map_err(|e| Status::internal(e.to_string()))?;
-    if left.is_empty() {
-        return Ok(bound);
+    if let Some(values) = values_row(&input) {
+        let template = &values.values[0];
+        let all = rows
+            .iter()
+            .map(|row| {
+                template
+                    .iter()
+                    .map(|e| substitute(e, row, &types))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // A placeholder the plan could not type left its column untyped (Null): the schema is
+        // then inferred from the values.
+        let values = if types.values().all(Option::is_some) {
+            LogicalPlan::Values(Values {
+                schema: values.schema.clone(),
+                values: all,
+            })
+        } else {
+            LogicalPlanBuilder::values(all)
+                .and_then(LogicalPlanBuilder::build)
+                .map_err(|e| Status::invalid_argument(format!("bad bound parameters: {e}")))?
+        };
+        return replace_values(input, values);
     }
-    // Parameters outside a VALUES row: bind each row into the whole input and unite them.
     if rows.len() > MAX_SELECT_ROWS {
         return Err(Status::invalid_argument(format!(
-            "{} rows bound to an INSERT … SELECT; at most {MAX_SELECT_ROWS} (INSERT … VALUES takes any number)",
+            "{} rows bound to an INSERT … SELECT; at most {MAX_SELECT_ROWS} (INSERT … VALUES takes more)",
             rows.len()
         )));
     }
     let mut united: Option<LogicalPlanBuilder> = None;
     for row in rows {
+        let row = row
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                typed(
+                    v,
+                    types.get(&format!("${}", i + 1)).and_then(Option::as_ref),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let one = input
             .clone()
-            .with_param_values(row.clone())
+            .with_param_values(row)
             .map_err(|e| Status::invalid_argument(format!("bad bound parameters: {e}")))?;
         united = Some(match united {
             None => LogicalPlanBuilder::from(one),
@@ -214,6 +273,25 @@ pub(super) fn bind_rows(
     united
         .map(|b| b.build().map_err(|e| Status::internal(e.to_string())))
         .unwrap_or(Ok(input))
+}
+
+/// `input` (projections over one `VALUES`) with that `VALUES` replaced by `values`; each
+/// projection is rebuilt over its new input, so its schema follows.
+fn replace_values(input: LogicalPlan, values: LogicalPlan) -> Result<LogicalPlan, Status> {
+    match input {
+        LogicalPlan::Projection(p) => {
+            let inner = replace_values(p.input.as_ref().clone(), values)?;
+            datafusion::logical_expr::Projection::try_new(p.expr, std::sync::Arc::new(inner))
+                .map(LogicalPlan::Projection)
+                .map_err(|e| Status::invalid_argument(format!("bad bound parameters: {e}")))
+        }
+        _ => Ok(values),
+    }
+}
+
+/// A write whose parameters were given no values.
+pub(super) fn unbound() -> Status {
+    Status::invalid_argument("the statement has parameters and no row of values was bound")
 }
 
 /// `schema` as the IPC bytes of a `parameter_schema` (empty when there is none).
@@ -306,7 +384,7 @@ mod tests {
             short
                 .unwrap_err()
                 .message()
-                .contains("no value is bound for $2")
+                .contains("2 parameters and a row binds 1")
         );
         let uncastable = bind_rows(
             insert_input("INSERT INTO t VALUES ($1, $2)").await,
@@ -330,11 +408,88 @@ mod tests {
         let bound = bind_rows(input.clone(), &rows).unwrap();
         assert!(bound.get_parameter_types().unwrap().is_empty());
         let many: Vec<_> = (0..=MAX_SELECT_ROWS as i64).map(|i| row(i, None)).collect();
+        // (each row's plan binds $1 and $2)
         assert!(
             bind_rows(input, &many)
                 .unwrap_err()
                 .message()
                 .contains("at most")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_values_under_anything_but_projections_is_bound_row_by_row() {
+        // Widening this VALUES to three equal rows would make DISTINCT insert one of them.
+        let input =
+            insert_input("INSERT INTO t SELECT DISTINCT x, y FROM (VALUES ($1, $2)) AS v(x, y)")
+                .await;
+        let rows: Vec<_> = (1..=3).map(|_| row(1, Some("same"))).collect();
+        let bound = bind_rows(input, &rows).unwrap();
+        let mut unions = 0;
+        bound
+            .apply(|node| {
+                if let LogicalPlan::Union(u) = node {
+                    unions += u.inputs.len();
+                }
+                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+            })
+            .unwrap();
+        assert!(unions >= 2, "not bound row by row: {bound}");
+    }
+
+    #[tokio::test]
+    async fn a_row_must_bind_exactly_the_parameters() {
+        let input = insert_input("INSERT INTO t VALUES ($1, $2)").await;
+        let extra = vec![
+            ScalarValue::Int64(Some(1)),
+            ScalarValue::Utf8(None),
+            ScalarValue::Int64(Some(9)),
+        ];
+        let refused = bind_rows(input, &[extra]).unwrap_err();
+        assert!(
+            refused.message().contains("2 parameters and a row binds 3"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn rows_of_refuses_what_would_expand() {
+        use arrow::array::{ArrayRef, DictionaryArray, Int64Array, StringArray};
+        use arrow::datatypes::Int32Type;
+        let keys = arrow::array::Int32Array::from(vec![0; 10]);
+        let dictionary: ArrayRef = std::sync::Arc::new(
+            DictionaryArray::<Int32Type>::try_new(
+                keys,
+                std::sync::Arc::new(StringArray::from(vec!["x"])),
+            )
+            .unwrap(),
+        );
+        let batch = RecordBatch::try_from_iter([("$1", dictionary)]).unwrap();
+        assert!(
+            rows_of(&[batch])
+                .unwrap_err()
+                .message()
+                .contains("bind plain values")
+        );
+        let empty = RecordBatch::try_new_with_options(
+            std::sync::Arc::new(Schema::empty()),
+            vec![],
+            &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(5)),
+        )
+        .unwrap();
+        assert!(
+            rows_of(&[empty])
+                .unwrap_err()
+                .message()
+                .contains("no values")
+        );
+        let many: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![1; MAX_BOUND_VALUES + 1]));
+        let batch = RecordBatch::try_from_iter([("$1", many)]).unwrap();
+        assert!(
+            rows_of(&[batch])
+                .unwrap_err()
+                .message()
+                .contains("send fewer rows")
         );
     }
 

@@ -14,9 +14,11 @@ type HmacSha256 = Hmac<Sha256>;
 const TAG_LEN: usize = 32;
 /// Bound parameters of one statement, as Arrow IPC: far more than a row of values needs.
 pub(super) const MAX_PARAMS_BYTES: usize = 1024 * 1024;
-/// Bound rows one prepared update may carry (JDBC's `executeBatch`, ADBC's `executemany`): they
-/// are held, as one `VALUES`, until the write commits.
-pub(super) const MAX_BATCH_PARAMS_BYTES: usize = 16 * 1024 * 1024;
+/// Bound rows one prepared update may carry (JDBC's `executeBatch`, ADBC's `executemany`). They
+/// are held as one `VALUES` of literals until the write commits, about ten times their Arrow size
+/// for narrow rows: 4 MiB (some 100,000 rows of two columns) stays well inside a query's memory.
+/// Bulk loads go through ingest, which streams.
+pub(super) const MAX_BATCH_PARAMS_BYTES: usize = 4 * 1024 * 1024;
 /// The largest handle accepted: the SQL and parameters, JSON-encoded.
 const MAX_HANDLE_BYTES: usize = 16 * 1024 * 1024;
 

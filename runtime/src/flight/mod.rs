@@ -112,6 +112,9 @@ impl Shutdown {
     }
 }
 
+/// The largest HTTP/2 frame a client may send (the protocol's default is 16 KiB).
+const MAX_FRAME: u32 = 1024 * 1024;
+
 /// Serves `role` on `bound` until `shutdown` is requested, then lets calls in flight finish for
 /// its grace period; with `tokens`, every call must present one of them; with `tls`, only TLS
 /// connections are accepted.
@@ -139,7 +142,12 @@ pub async fn serve(
         limits,
     )))
     .max_decoding_message_size(limit);
-    let mut server = tonic::transport::Server::builder();
+    // HTTP/2 frames of up to 1 MiB instead of 16 KiB, and a receive window that grows with the
+    // connection's bandwidth-delay product: a client's bulk upload (ingest, COPY's parameters)
+    // is otherwise cut into thousands of frames and stalls on 64 KiB windows.
+    let mut server = tonic::transport::Server::builder()
+        .max_frame_size(MAX_FRAME)
+        .http2_adaptive_window(Some(true));
     if let Some(tls) = tls {
         server =
             server.tls_config(tonic::transport::ServerTlsConfig::new().identity(tls.identity))?;

@@ -18,7 +18,7 @@ use arrow_flight::error::FlightError;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
-use futures::stream::{AbortHandle, Abortable, BoxStream};
+use futures::stream::{AbortHandle, AbortRegistration, Abortable, BoxStream};
 use tonic::Status;
 
 /// How long a plan waits for its DoGet: clients redeem a ticket at once.
@@ -28,11 +28,32 @@ pub(super) const CAPACITY: usize = 256;
 
 #[derive(Default)]
 pub(super) struct PlanCache {
-    entries: Mutex<HashMap<u64, Kept>>,
-    /// DoGets streaming a plan's rows, by plan id.
-    running: Mutex<HashMap<u64, AbortHandle>>,
-    /// Plans cancelled before their DoGet, until [`TTL`] has passed.
-    cancelled: Mutex<HashMap<u64, Instant>>,
+    /// One lock over kept, running and cancelled plans: a cancel sees each plan in exactly one
+    /// of them.
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<u64, Kept>,
+    /// DoGets of a plan id that have started, each with its run number (a ticket redeemed twice
+    /// runs twice) and the handle that aborts its stream.
+    running: HashMap<u64, (u64, AbortHandle)>,
+    /// Plans cancelled before their DoGet, until [`TTL`] has passed (at most [`CAPACITY`]).
+    cancelled: HashMap<u64, Instant>,
+    runs: u64,
+}
+
+impl State {
+    fn trim(&mut self) {
+        self.cancelled.retain(|_, at| at.elapsed() < TTL);
+    }
+}
+
+struct Kept {
+    at: Instant,
+    ctx: SessionContext,
+    plan: LogicalPlan,
 }
 
 /// What CancelFlightInfo did to a planned statement.
@@ -44,15 +65,30 @@ pub(super) enum Cancel {
     NotCancellable,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// A DoGet of plan `id`, registered from the moment it starts (before it plans or executes), so
+/// a cancel at any point stops it; deregistered when dropped.
+pub(super) struct Run {
+    cache: Arc<PlanCache>,
+    id: u64,
+    run: u64,
+    abort: AbortHandle,
+    registration: Option<AbortRegistration>,
 }
 
-struct Kept {
-    at: Instant,
-    ctx: SessionContext,
-    plan: LogicalPlan,
+impl Drop for Run {
+    fn drop(&mut self) {
+        let mut state = self.cache.lock();
+        if state
+            .running
+            .get(&self.id)
+            .is_some_and(|(run, _)| *run == self.run)
+        {
+            state.running.remove(&self.id);
+        }
+    }
 }
+
+type Rows = BoxStream<'static, Result<arrow::record_batch::RecordBatch, FlightError>>;
 
 impl std::fmt::Debug for PlanCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -61,57 +97,77 @@ impl std::fmt::Debug for PlanCache {
 }
 
 impl PlanCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Keeps `plan` (made in `ctx`) and returns its id. Expired plans are dropped first; when
     /// full, the oldest goes.
     pub(super) fn put(&self, ctx: SessionContext, plan: LogicalPlan) -> u64 {
         let id = uuid::Uuid::new_v4().as_u64_pair().0;
         let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.retain(|_, kept| now.duration_since(kept.at) < TTL);
-        if entries.len() >= CAPACITY
-            && let Some(oldest) = entries.iter().min_by_key(|(_, k)| k.at).map(|(id, _)| *id)
+        let mut state = self.lock();
+        state
+            .entries
+            .retain(|_, kept| now.duration_since(kept.at) < TTL);
+        if state.entries.len() >= CAPACITY
+            && let Some(oldest) = state
+                .entries
+                .iter()
+                .min_by_key(|(_, k)| k.at)
+                .map(|(id, _)| *id)
         {
-            entries.remove(&oldest);
+            state.entries.remove(&oldest);
         }
-        entries.insert(id, Kept { at: now, ctx, plan });
+        state.entries.insert(id, Kept { at: now, ctx, plan });
         id
     }
 
-    /// The plan kept under `id`, once: a second redemption plans again. A cancelled plan is
-    /// refused.
-    pub(super) fn take(&self, id: u64) -> Result<Option<(SessionContext, LogicalPlan)>, Status> {
-        {
-            let mut cancelled = lock(&self.cancelled);
-            cancelled.retain(|_, at| at.elapsed() < TTL);
-            if cancelled.contains_key(&id) {
-                return Err(Status::cancelled(
-                    "the query was cancelled (CancelFlightInfo)",
-                ));
-            }
-        }
-        let mut entries = lock(&self.entries);
-        let Some(kept) = entries.remove(&id) else {
-            return Ok(None);
-        };
-        Ok((kept.at.elapsed() < TTL).then_some((kept.ctx, kept.plan)))
-    }
-
-    /// `rows`, the DoGet stream of plan `id`, cancellable until it ends or is dropped: once
-    /// cancelled it stops (dropping the query's work) and ends with CANCELLED, never as if
-    /// complete.
-    pub(super) fn cancellable(
+    /// Starts the DoGet of plan `id`: the plan kept for it, once (a second redemption plans
+    /// again), and its registration as running. A cancelled plan is refused.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn start(
         self: &Arc<Self>,
         id: u64,
-        rows: BoxStream<'static, Result<arrow::record_batch::RecordBatch, FlightError>>,
-    ) -> BoxStream<'static, Result<arrow::record_batch::RecordBatch, FlightError>> {
+    ) -> Result<(Option<(SessionContext, LogicalPlan)>, Run), Status> {
+        let mut state = self.lock();
+        state.trim();
+        if state.cancelled.contains_key(&id) {
+            return Err(Status::cancelled(
+                "the query was cancelled (CancelFlightInfo)",
+            ));
+        }
+        let kept = state
+            .entries
+            .remove(&id)
+            .filter(|kept| kept.at.elapsed() < TTL)
+            .map(|kept| (kept.ctx, kept.plan));
         let (abort, registration) = AbortHandle::new_pair();
-        lock(&self.running).insert(id, abort.clone());
-        let running = Running {
-            cache: Arc::clone(self),
-            id,
+        state.runs += 1;
+        let run = state.runs;
+        state.running.insert(id, (run, abort.clone()));
+        drop(state);
+        Ok((
+            kept,
+            Run {
+                cache: Arc::clone(self),
+                id,
+                run,
+                abort,
+                registration: Some(registration),
+            },
+        ))
+    }
+
+    /// `rows`, the DoGet stream of `run`: once cancelled (even before this) it stops, dropping
+    /// the query's work, and ends with CANCELLED, never as if complete.
+    pub(super) fn cancellable(mut run: Run, rows: Rows) -> Rows {
+        let Some(registration) = run.registration.take() else {
+            return rows;
         };
+        let abort = run.abort.clone();
         let end = futures::stream::once(async move {
-            let _running = running;
+            let _run = run;
             abort.is_aborted()
         })
         .filter_map(|aborted| async move {
@@ -126,12 +182,23 @@ impl PlanCache {
 
     /// Cancels plan `id`: its running DoGet, or its kept plan.
     pub(super) fn cancel(&self, id: u64) -> Cancel {
-        if let Some(abort) = lock(&self.running).remove(&id) {
+        let mut state = self.lock();
+        state.trim();
+        if let Some((_, abort)) = state.running.remove(&id) {
             abort.abort();
             return Cancel::Cancelled;
         }
-        if lock(&self.entries).remove(&id).is_some() {
-            lock(&self.cancelled).insert(id, Instant::now());
+        if state.entries.remove(&id).is_some() {
+            if state.cancelled.len() >= CAPACITY
+                && let Some(oldest) = state
+                    .cancelled
+                    .iter()
+                    .min_by_key(|(_, at)| **at)
+                    .map(|(id, _)| *id)
+            {
+                state.cancelled.remove(&oldest);
+            }
+            state.cancelled.insert(id, Instant::now());
             return Cancel::Cancelled;
         }
         Cancel::NotCancellable
@@ -139,19 +206,7 @@ impl PlanCache {
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.entries.lock().unwrap().len()
-    }
-}
-
-/// A DoGet of a kept plan, registered while its stream lives.
-struct Running {
-    cache: Arc<PlanCache>,
-    id: u64,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        lock(&self.cache.running).remove(&self.id);
+        self.lock().entries.len()
     }
 }
 
@@ -163,14 +218,18 @@ mod tests {
         ctx.state().create_logical_plan("SELECT 1").await.unwrap()
     }
 
+    fn kept(cache: &Arc<PlanCache>, id: u64) -> bool {
+        cache.start(id).unwrap().0.is_some()
+    }
+
     #[tokio::test]
     async fn a_plan_is_redeemed_once() {
-        let cache = PlanCache::default();
+        let cache = Arc::new(PlanCache::default());
         let ctx = SessionContext::new();
         let id = cache.put(ctx.clone(), plan(&ctx).await);
-        assert!(cache.take(id).unwrap().is_some());
-        assert!(cache.take(id).unwrap().is_none());
-        assert!(cache.take(id ^ 1).unwrap().is_none());
+        assert!(kept(&cache, id));
+        assert!(!kept(&cache, id));
+        assert!(!kept(&cache, id ^ 1));
     }
 
     #[tokio::test]
@@ -179,14 +238,14 @@ mod tests {
         let ctx = SessionContext::new();
         let waiting = cache.put(ctx.clone(), plan(&ctx).await);
         assert_eq!(cache.cancel(waiting), Cancel::Cancelled);
-        match cache.take(waiting) {
+        match cache.start(waiting) {
             Err(refused) => assert_eq!(refused.code(), tonic::Code::Cancelled),
-            Ok(kept) => panic!("a cancelled plan was redeemed: {}", kept.is_some()),
+            Ok((kept, _)) => panic!("a cancelled plan was redeemed: {}", kept.is_some()),
         }
 
-        let running = 7;
-        let rows = futures::stream::pending().boxed();
-        let mut stream = cache.cancellable(running, rows);
+        let running = cache.put(ctx.clone(), plan(&ctx).await);
+        let (_, run) = cache.start(running).unwrap();
+        let mut stream = PlanCache::cancellable(run, futures::stream::pending().boxed());
         assert_eq!(cache.cancel(running), Cancel::Cancelled);
         match stream.next().await {
             Some(Err(FlightError::Tonic(status))) => {
@@ -200,17 +259,59 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_cancel_between_start_and_stream_still_cancels() {
+        let cache = Arc::new(PlanCache::default());
+        let ctx = SessionContext::new();
+        let id = cache.put(ctx.clone(), plan(&ctx).await);
+        let (_, run) = cache.start(id).unwrap();
+        // The DoGet is planning or executing: nothing streams yet.
+        assert_eq!(cache.cancel(id), Cancel::Cancelled);
+        let mut stream = PlanCache::cancellable(run, futures::stream::pending().boxed());
+        assert!(
+            matches!(stream.next().await, Some(Err(_))),
+            "it ran after its cancel"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_second_run_of_a_ticket_is_not_deregistered_by_the_first() {
+        let cache = Arc::new(PlanCache::default());
+        let ctx = SessionContext::new();
+        let id = cache.put(ctx.clone(), plan(&ctx).await);
+        let (_, first) = cache.start(id).unwrap();
+        let (_, second) = cache.start(id).unwrap();
+        drop(first);
+        let mut stream = PlanCache::cancellable(second, futures::stream::pending().boxed());
+        assert_eq!(cache.cancel(id), Cancel::Cancelled);
+        assert!(matches!(stream.next().await, Some(Err(_))));
+    }
+
+    #[tokio::test]
     async fn the_cache_is_bounded() {
-        let cache = PlanCache::default();
+        let cache = Arc::new(PlanCache::default());
         let ctx = SessionContext::new();
         let first = cache.put(ctx.clone(), plan(&ctx).await);
         for _ in 0..CAPACITY + 10 {
             cache.put(ctx.clone(), plan(&ctx).await);
         }
         assert_eq!(cache.len(), CAPACITY);
+        assert!(!kept(&cache, first), "the oldest plan was kept");
+        let cancelled: Vec<u64> = (0..CAPACITY + 10)
+            .map(|_| {
+                let id =
+                    futures::executor::block_on(async { cache.put(ctx.clone(), plan(&ctx).await) });
+                cache.cancel(id);
+                id
+            })
+            .collect();
         assert!(
-            cache.take(first).unwrap().is_none(),
-            "the oldest plan was kept"
+            cache.lock().cancelled.len() <= CAPACITY,
+            "cancelled plans are bounded"
+        );
+        assert!(
+            cancelled
+                .iter()
+                .any(|id| cache.lock().cancelled.contains_key(id))
         );
     }
 }

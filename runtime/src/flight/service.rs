@@ -265,6 +265,10 @@ impl LakeFlightSql {
                 other => other.map(|_| 0).map_err(context_status),
             },
             Write::Insert { table, rows } => {
+                // A prepared INSERT redeemed without values still holds its placeholders.
+                if !rows.get_parameter_types().map_err(sql::status)?.is_empty() {
+                    return Err(super::bind::unbound());
+                }
                 let entry = metadata
                     .registry()
                     .get_table(&table.namespace, &table.table)
@@ -399,13 +403,14 @@ impl LakeFlightSql {
             handle => {
                 // The plan GetFlightInfo made, or (redeemed before, expired, another process)
                 // the statement planned again.
-                let planned = match &handle {
-                    Handle::Planned { id, .. } => Some(*id),
-                    _ => None,
-                };
-                let kept = match planned {
-                    Some(id) => self.plans.take(id)?,
-                    None => None,
+                // A planned statement is registered as running from here on, so a
+                // CancelFlightInfo while it plans or executes still stops it.
+                let (kept, run) = match &handle {
+                    Handle::Planned { id, .. } => {
+                        let (kept, run) = self.plans.start(*id)?;
+                        (kept, Some(run))
+                    }
+                    _ => (None, None),
                 };
                 let (ctx, plan) = match kept {
                     Some(kept) => kept,
@@ -446,8 +451,8 @@ impl LakeFlightSql {
                         }
                     })
                     .boxed();
-                let wire = match planned {
-                    Some(id) => self.plans.cancellable(id, wire),
+                let wire = match run {
+                    Some(run) => PlanCache::cancellable(run, wire),
                     None => wire,
                 };
                 let wire = with_deadline(wire, deadline, slot);
@@ -626,8 +631,9 @@ impl LakeFlightSql {
                     Command::try_from(any)
                         .map_err(|e| Status::invalid_argument(format!("not a lake ticket: {e}")))
                 })?;
+            // Only a statement's ticket names something that runs.
             let Command::TicketStatementQuery(ticket) = command else {
-                return Err(Status::invalid_argument("not a lake statement ticket"));
+                continue;
             };
             if let Handle::Planned { id, .. } = self.handles.decode(&ticket.statement_handle)?
                 && self.plans.cancel(id) == super::plans::Cancel::Cancelled

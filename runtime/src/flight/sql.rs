@@ -130,14 +130,25 @@ pub async fn session(
     Ok(ctx)
 }
 
-/// Whether a statement reads `information_schema`, directly or as a `SHOW`: only such a
-/// statement needs the warehouse listed. A statement that cannot be resolved is listed too.
-fn enumerates_the_warehouse(statement: &DFStatement) -> bool {
+/// Distinct tables one statement may name: each is looked up in the manifest store while the
+/// statement is planned, so the count is what a client could make the server do for nothing.
+const MAX_TABLE_REFERENCES: usize = 256;
+
+/// Whether a statement reads `information_schema`, directly or as a `SHOW` (only such a
+/// statement needs the warehouse listed; one that cannot be resolved is listed too), after
+/// refusing a statement naming more than [`MAX_TABLE_REFERENCES`] tables.
+fn enumerates_the_warehouse(statement: &DFStatement) -> Result<bool, Status> {
     match datafusion::sql::resolve::resolve_table_references(statement, true) {
-        Ok((tables, _)) => tables.iter().any(|t| {
+        Ok((tables, _)) if tables.len() > MAX_TABLE_REFERENCES => {
+            Err(Status::invalid_argument(format!(
+                "the statement names {} tables; at most {MAX_TABLE_REFERENCES}",
+                tables.len()
+            )))
+        }
+        Ok((tables, _)) => Ok(tables.iter().any(|t| {
             t.schema() == Some(datafusion::catalog::information_schema::INFORMATION_SCHEMA)
-        }),
-        Err(_) => true,
+        })),
+        Err(_) => Ok(true),
     }
 }
 
@@ -267,6 +278,34 @@ fn schema_name(name: &str) -> Result<NamespaceName, Status> {
     NamespaceName::parse(schema).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
+/// The SQL names of a binary column (`VARBINARY`, `BINARY`, `BLOB`, as GetXdbcTypeInfo lists it and
+/// JDBC tools write it) as the one DataFusion plans (`BYTEA`), in column definitions and casts.
+fn binary_types_as_bytea(statement: &mut DFStatement) {
+    use datafusion::sql::sqlparser::ast::DataType as SqlType;
+    fn plain(data_type: &mut SqlType) {
+        if matches!(
+            data_type,
+            SqlType::Varbinary(_) | SqlType::Binary(_) | SqlType::Blob(_)
+        ) {
+            *data_type = SqlType::Bytea;
+        }
+    }
+    let DFStatement::Statement(statement) = statement else {
+        return;
+    };
+    if let Statement::CreateTable(create) = statement.as_mut() {
+        for column in &mut create.columns {
+            plain(&mut column.data_type);
+        }
+    }
+    let _ = visit_expressions_mut(statement.as_mut(), |expr| {
+        if let Expr::Cast { data_type, .. } = expr {
+            plain(data_type);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
 /// Numbers `?` placeholders `$1`, `$2`, … in order (DataFusion binds positional parameters only).
 fn number_placeholders(statement: &mut DFStatement) {
     if let DFStatement::Statement(statement) = statement {
@@ -309,7 +348,8 @@ pub async fn plan(
     }
     let mut statement = parse_one(sql)?;
     number_placeholders(&mut statement);
-    if enumerates_the_warehouse(&statement) {
+    binary_types_as_bytea(&mut statement);
+    if enumerates_the_warehouse(&statement)? {
         list_the_warehouse(ctx).await?;
     }
     // DELETE: Lance takes the predicate as SQL text.
@@ -358,6 +398,9 @@ pub async fn plan(
     classify(sql, plan)
 }
 
+/// The longest statement many rows of values may be bound to.
+const MAX_BOUND_SQL: usize = 64 * 1024;
+
 fn unbindable() -> Status {
     Status::unimplemented(
         "parameters bind only to INSERT and to queries; inline the values in this statement",
@@ -371,6 +414,12 @@ pub async fn plan_rows(
     sql: &str,
     rows: Vec<Vec<ScalarValue>>,
 ) -> Result<Planned, Status> {
+    // Rows may be bound into copies of the whole plan (`INSERT … SELECT`): a short statement.
+    if rows.len() > 1 && sql.len() > MAX_BOUND_SQL {
+        return Err(Status::invalid_argument(format!(
+            "rows of values bind to a statement of at most {MAX_BOUND_SQL} bytes"
+        )));
+    }
     match plan(ctx, sql, None).await? {
         Planned::Write(Write::Insert { table, rows: input }) => Ok(Planned::Write(Write::Insert {
             table,

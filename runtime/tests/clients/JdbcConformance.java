@@ -134,7 +134,7 @@ public class JdbcConformance {
                 expect("CREATE SCHEMA", s.executeUpdate("CREATE SCHEMA " + ns), 0);
                 expect("CREATE TABLE", s.executeUpdate("CREATE TABLE " + t
                         + " (id BIGINT, n INT, small SMALLINT, score DOUBLE, ratio REAL, name VARCHAR, ok BOOLEAN,"
-                        + " day DATE, at TIMESTAMP, price DECIMAL(10, 2))"), 0);
+                        + " day DATE, at TIMESTAMP, price DECIMAL(10, 2), tiny TINYINT, blob VARBINARY)"), 0);
             }
         });
 
@@ -146,7 +146,7 @@ public class JdbcConformance {
         });
 
         check("PreparedStatement binds a parameter of every type", () -> {
-            try (PreparedStatement p = meta.prepareStatement("INSERT INTO " + t + " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")) {
+            try (PreparedStatement p = meta.prepareStatement("INSERT INTO " + t + " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")) {
                 p.setLong(1, 3);
                 p.setInt(2, 42);
                 p.setShort(3, (short) 7);
@@ -157,10 +157,12 @@ public class JdbcConformance {
                 p.setDate(8, Date.valueOf("2024-02-29"));
                 p.setTimestamp(9, Timestamp.valueOf("2024-02-29 12:34:56"));
                 p.setBigDecimal(10, new BigDecimal("12.34"));
+                p.setByte(11, (byte) -3);
+                p.setBytes(12, new byte[] {(byte) 0xca, (byte) 0xfe});
                 expect("rows", p.executeUpdate(), 1);
             }
             try (PreparedStatement p = query.prepareStatement(
-                    "SELECT n, small, score, ratio, name, ok, day, at, price FROM " + t + " WHERE id = ?")) {
+                    "SELECT n, small, score, ratio, name, ok, day, at, price, tiny, blob FROM " + t + " WHERE id = ?")) {
                 p.setLong(1, 3);
                 try (ResultSet rs = p.executeQuery()) {
                     if (!rs.next()) {
@@ -168,8 +170,9 @@ public class JdbcConformance {
                     }
                     String got = rs.getInt(1) + " " + rs.getShort(2) + " " + rs.getDouble(3) + " " + rs.getFloat(4)
                             + " " + rs.getString(5) + " " + rs.getBoolean(6) + " " + rs.getDate(7) + " "
-                            + rs.getTimestamp(8) + " " + rs.getBigDecimal(9);
-                    expect("row", got, "42 7 2.5 0.25 jam true 2024-02-29 2024-02-29 12:34:56.0 12.34");
+                            + rs.getTimestamp(8) + " " + rs.getBigDecimal(9) + " " + rs.getByte(10) + " "
+                            + java.util.HexFormat.of().formatHex(rs.getBytes(11));
+                    expect("row", got, "42 7 2.5 0.25 jam true 2024-02-29 2024-02-29 12:34:56.0 12.34 -3 cafe");
                 }
             }
         });
@@ -269,7 +272,7 @@ public class JdbcConformance {
             expect("columns", String.join(" ", columns),
                     "id:-5:BIGINT:19:0:1 n:4:INTEGER:10:0:1 small:5:SMALLINT:5:0:1 score:8:DOUBLE:15:0:1"
                             + " ratio:6:REAL:7:0:1 name:12:VARCHAR:65536:0:1 ok:16:BOOLEAN:1:0:1 day:91:DATE:10:0:1"
-                            + " at:93:TIMESTAMP:29:9:1 price:3:DECIMAL:10:2:1");
+                            + " at:93:TIMESTAMP:29:9:1 price:3:DECIMAL:10:2:1 tiny:-6:TINYINT:3:0:1 blob:-3:VARBINARY:65536:0:1");
         });
 
         check("DatabaseMetaData: primary keys, type info, keywords", () -> {
@@ -312,7 +315,7 @@ public class JdbcConformance {
             }
         });
 
-        check("Statement.cancel stops a running query", () -> {
+        check("Statement.cancel ends a running query as cancelled", () -> {
             AtomicReference<Throwable> outcome = new AtomicReference<>();
             Statement s = query.createStatement();
             Thread running = new Thread(() -> {

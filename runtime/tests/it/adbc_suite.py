@@ -70,6 +70,13 @@ with meta.cursor() as cur:
         check("parameters elsewhere than INSERT are refused, not run unbound", "parameters bind only to INSERT" in str(e), str(e))
     cur.execute("SELECT count(*) FROM sales.bound")
     check("the refused delete deleted nothing", cur.fetchall() == [(501,)])
+    try:
+        cur.executemany("INSERT INTO sales.bound VALUES (?, ?, ?)", [(i, "x" * 24, 0.5) for i in range(300_000)])
+        raise AssertionError("12 MB of bound rows were taken")
+    except adbc_driver_manager.Error as e:
+        check("bound rows over the limit are refused", "send fewer rows" in str(e), str(e))
+    cur.execute("SELECT count(*) FROM sales.bound")
+    check("the refused batch wrote nothing", cur.fetchall() == [(501,)])
     cur.execute("DROP TABLE sales.bound")
     cur.fetchall()
 

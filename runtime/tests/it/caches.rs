@@ -152,3 +152,50 @@ async fn caches_never_serve_a_stale_table_on_s3_and_dynamodb() {
     };
     never_stale(&client, Some(&append)).await;
 }
+
+/// Listing the warehouse is one S3 LIST per namespace: statements that only name tables never
+/// list it; those that enumerate it (`information_schema`) do, as the request log shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_statements_that_enumerate_tables_list_the_warehouse() {
+    let lake = CloudLake::new().await;
+    let query_key = lake_testkit::unique("QUERYKEY").to_uppercase();
+    let metadata = Served::start(&lake, Role::Metadata, "testing", None);
+    let query = Served::start(&lake, Role::Query, &query_key, Some(&metadata.endpoint));
+    let client = client(&query.endpoint, &metadata.endpoint).await;
+    client.execute("CREATE SCHEMA listed").await.unwrap();
+    client
+        .execute("CREATE TABLE listed.t AS SELECT 1 AS id")
+        .await
+        .unwrap();
+    let lists = |log: &[serde_json::Value]| {
+        crate::support::requests_of(log, &query_key)
+            .into_iter()
+            .filter(|(service, method, url)| {
+                service == "s3" && method == "GET" && url.contains("list-type")
+            })
+            .count()
+    };
+
+    let recording = lake_testkit::moto().start_recording();
+    for _ in 0..10 {
+        assert_eq!(
+            column(&client, "SELECT id FROM listed.t", "id").await,
+            some(&[1])
+        );
+    }
+    let log = recording.stop();
+    assert!(
+        !crate::support::requests_of(&log, &query_key).is_empty(),
+        "the query process's requests were recorded"
+    );
+    assert_eq!(lists(&log), 0, "a SELECT listed the warehouse");
+
+    let recording = lake_testkit::moto().start_recording();
+    let listed = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'listed'";
+    assert_eq!(column(&client, listed, "table_name").await, ["t"]);
+    let log = recording.stop();
+    assert!(
+        lists(&log) > 0,
+        "information_schema did not list the warehouse"
+    );
+}

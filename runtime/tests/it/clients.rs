@@ -45,6 +45,38 @@ fn go(args: &[&str]) -> Command {
     command
 }
 
+/// The CPU seconds process `pid` used so far (user + system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf only reads a constant of the running system.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// The suites end queries of 10^11 rows by cancelling or by a deadline: if the server kept
+/// working on them it would stay busy for hours. It must be idle within a few seconds.
+fn assert_idle(pid: u32, after: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let before = cpu_seconds(pid);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let used = cpu_seconds(pid) - before;
+        if used < 0.05 {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "the server still works after {after}: {used:.2} s of CPU in the last 0.5 s"
+        );
+    }
+}
+
 /// `lake local` requiring a token per endpoint: (lake, query token, metadata token).
 fn local_with_tokens() -> (LocalLake, tempfile::TempDir) {
     let secrets = tempfile::tempdir().unwrap();
@@ -103,6 +135,7 @@ fn jdbc_conformance() {
         jdbc(&[&lake.query, &lake.metadata, QUERY_TOKEN, METADATA_TOKEN]),
     );
     read_batch_through_adbc(&lake.query, Some(QUERY_TOKEN), namespace(&out));
+    assert_idle(lake.child.id(), "JDBC's Statement.cancel()");
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let cloud = runtime.block_on(CloudLake::new());
@@ -122,6 +155,7 @@ fn go_database_sql_conformance() {
         "Go database/sql against lake local",
         go(&[&lake.query, &lake.metadata, QUERY_TOKEN, METADATA_TOKEN]),
     );
+    assert_idle(lake.child.id(), "a QueryContext deadline");
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let cloud = runtime.block_on(CloudLake::new());

@@ -154,6 +154,12 @@ for sql in [f"SELECT repeat('x', {N})", f"SELECT repeat(arrow_cast('x', 'LargeUt
             raise AssertionError(f"{sql} succeeded")
         except adbc_driver_manager.Error as e:
             check(f"{sql}: refused", "ResourceExhausted" in str(e), str(e))
+# Each table a statement names is looked up while it is planned: naming thousands is refused
+# before any lookup, naming a few hundred that do not exist is an ordinary NOT_FOUND.
+many = " UNION ALL ".join(f"SELECT 1 FROM nowhere.t{i}" for i in range(300))
+refused("a statement naming 300 tables", query, many, "InvalidArgument", "at most 256")
+refused("a missing table in a missing schema", query, "SELECT * FROM nowhere.t", "NotFound", "nowhere.t")
+alive("many table names")
 check("a modest repeat still works", rows(query, "SELECT repeat('ab', 3) AS r") == [("ababab",)])
 check("a large scalar repeated zero times per row is not copied per row", rows(query,
       "SELECT count(*) FROM (SELECT repeat(arrow_cast(repeat('x', 20000000), 'LargeUtf8'), value * 0) AS r "

@@ -74,8 +74,8 @@ async fn run_lake(
         .await
         .expect("metadata");
     let t = TableRef::new(
-        NamespaceName::parse("bench").unwrap(),
-        TableName::parse("appends").unwrap(),
+        NamespaceName::parse("bench").expect("a valid namespace"),
+        TableName::parse("appends").expect("a valid table name"),
     );
     metadata
         .registry()

@@ -16,13 +16,13 @@ use crate::ClientError;
 const REFRESH_BEFORE: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
-pub struct ChainCredentials {
+pub(crate) struct ChainCredentials {
     provider: SharedCredentialsProvider,
     cached: Mutex<Option<(Arc<AwsCredential>, Option<SystemTime>)>>,
 }
 
 impl ChainCredentials {
-    pub async fn default_chain(region: &str) -> Result<Self, ClientError> {
+    pub(crate) async fn default_chain(region: &str) -> Result<Self, ClientError> {
         let config = aws_config::defaults(BehaviorVersion::latest())
             .region(aws_config::Region::new(region.to_owned()))
             .load()

@@ -17,8 +17,12 @@ pub enum ClientError {
     /// The server refused or failed: its gRPC code and message.
     #[error("{code:?}: {message}")]
     Server { code: tonic::Code, message: String },
-    #[error("{0}")]
-    Flight(String),
+    /// The Flight client failed (a bad message, a broken stream) without a gRPC status.
+    #[error(transparent)]
+    Flight(arrow_flight::error::FlightError),
+    /// The store answered a ranged read with fewer bytes than the range.
+    #[error("the store returned a short read of {path:?}")]
+    ShortRead { path: String },
     #[error("stage discovery at {endpoint}: {detail}")]
     Discovery { endpoint: String, detail: String },
     #[error("stage discovery at {endpoint}: {source}")]
@@ -66,7 +70,7 @@ impl From<arrow_flight::error::FlightError> for ClientError {
                 code: status.code(),
                 message: status.message().to_owned(),
             },
-            other => Self::Flight(other.to_string()),
+            other => Self::Flight(other),
         }
     }
 }

@@ -22,7 +22,7 @@ pub const PART_SIZE: usize = 8 * 1024 * 1024;
 
 /// Parts uploaded at once: bounds memory (`PARTS_IN_FLIGHT × PART_SIZE`). 8 measured no faster
 /// than 4 against the emulator (`bench/run stage`); re-measure against real S3 before raising.
-pub const PARTS_IN_FLIGHT: usize = 4;
+pub(crate) const PARTS_IN_FLIGHT: usize = 4;
 
 /// One object in the stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,9 +258,9 @@ impl Stage {
                     });
                 }
                 match outcome {
-                    Ok(_) => Err(ClientError::Flight(format!(
-                        "the store returned a short read of {path:?}"
-                    ))),
+                    Ok(_) => Err(ClientError::ShortRead {
+                        path: path.to_string(),
+                    }),
                     Err(e) => Err(Self::store_error("get", path.as_str(), e)),
                 }
             }

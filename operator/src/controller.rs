@@ -17,7 +17,6 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::aws::{AwsPool, AwsSettings};
@@ -137,58 +136,57 @@ pub async fn run(options: RunOptions) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Answers `GET /metrics` (Prometheus text) and `GET /healthz`; anything else is 404.
+/// Answers `GET /metrics` (OpenMetrics text) and `GET /healthz`, `/readyz`; anything else is
+/// 404. One request per connection; a request head over 8 KiB, or one not complete within 5 s,
+/// gets no answer and holds nothing but its own connection.
 pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(std::time::Duration::from_secs(5))
+        .max_buf_size(8 * 1024)
+        .keep_alive(false);
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let metrics = metrics.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let response = respond(&request, &metrics);
+            async move { Ok::<_, std::convert::Infallible>(response) }
+        });
+        let connection = http.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
-            let Some(request) = read_head(&mut stream).await else {
-                return;
-            };
-            let path = request.split_whitespace().nth(1).unwrap_or("");
-            let (status, content_type, body) = match path {
-                "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-                "/healthz" | "/readyz" => ("200 OK", "text/plain", "ok\n".to_owned()),
-                _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "a metrics request was not answered");
+            }
         });
     }
 }
 
-/// The request line and headers of one request: read until the blank line that ends them (a
-/// request may arrive in several segments), at most 8 KiB and 5 s — a client that sends more or
-/// stalls gets nothing and cannot hold a task.
-async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
-    const MAX: usize = 8 * 1024;
-    let mut head = Vec::with_capacity(1024);
-    let read = async {
-        let mut buf = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = stream.read(&mut buf).await.ok()?;
-            if n == 0 || head.len() + n > MAX {
-                return None;
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        Some(())
+fn respond<B>(
+    request: &hyper::Request<B>,
+    metrics: &Metrics,
+) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
+    let (status, content_type, body) = match request.uri().path() {
+        "/metrics" => (200, crate::metrics::CONTENT_TYPE, metrics.render()),
+        "/healthz" | "/readyz" => (200, "text/plain", "ok\n".to_owned()),
+        _ => (404, "text/plain", "not found\n".to_owned()),
     };
-    tokio::time::timeout(std::time::Duration::from_secs(5), read)
-        .await
-        .ok()??;
-    Some(String::from_utf8_lossy(&head).into_owned())
+    let mut response = hyper::Response::new(http_body_util::Full::new(body.into()));
+    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+    if let Ok(value) = hyper::header::HeaderValue::from_str(content_type) {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
     async fn an_oversized_or_stalled_request_gets_nothing_and_blocks_no_one() {

@@ -1,99 +1,86 @@
-//! Reconcile metrics in the Prometheus text format: runs, failures by reason, durations.
+//! Reconcile metrics (runs, failures by reason, durations), kept and encoded by
+//! `prometheus-client` in the OpenMetrics text format.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// Upper bounds (seconds) of the duration histogram's buckets.
 const BUCKETS: [f64; 8] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0];
 
-#[derive(Debug, Default)]
-pub struct Metrics {
-    inner: Mutex<Inner>,
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reason {
+    reason: String,
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    reconciles: u64,
-    failures: BTreeMap<String, u64>,
-    buckets: [u64; BUCKETS.len()],
-    duration_sum: f64,
-    duration_count: u64,
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Counter,
+    failures: Family<Reason, Counter>,
+    durations: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let reconciles = Counter::default();
+        let failures = Family::<Reason, Counter>::default();
+        let durations = Histogram::new(BUCKETS);
+        registry.register(
+            "lake_operator_reconciles",
+            "Reconcile passes run",
+            reconciles.clone(),
+        );
+        registry.register(
+            "lake_operator_reconcile_errors",
+            "Failed reconcile passes, by reason",
+            failures.clone(),
+        );
+        registry.register(
+            "lake_operator_reconcile_duration_seconds",
+            "Reconcile pass durations",
+            durations.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            failures,
+            durations,
+        }
+    }
 }
 
 impl Metrics {
     pub fn reconciled(&self, took: Duration) {
-        let mut m = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        m.reconciles += 1;
-        let secs = took.as_secs_f64();
-        m.duration_sum += secs;
-        m.duration_count += 1;
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if secs <= *bound {
-                m.buckets[i] += 1;
-            }
-        }
+        self.reconciles.inc();
+        self.durations.observe(took.as_secs_f64());
     }
 
     pub fn failed(&self, reason: &str) {
-        let mut m = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *m.failures.entry(reason.to_owned()).or_default() += 1;
+        self.failures
+            .get_or_create(&Reason {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     pub fn reconciles(&self) -> u64 {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .reconciles
+        self.reconciles.get()
     }
 
     /// The exposition text served at `/metrics`.
     pub fn render(&self) -> String {
-        let m = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out = String::new();
-        out.push_str("# HELP lake_operator_reconciles_total Reconcile passes run.\n");
-        out.push_str("# TYPE lake_operator_reconciles_total counter\n");
-        out.push_str(&format!(
-            "lake_operator_reconciles_total {}\n",
-            m.reconciles
-        ));
-        out.push_str(
-            "# HELP lake_operator_reconcile_errors_total Failed reconcile passes, by reason.\n",
-        );
-        out.push_str("# TYPE lake_operator_reconcile_errors_total counter\n");
-        for (reason, n) in &m.failures {
-            out.push_str(&format!(
-                "lake_operator_reconcile_errors_total{{reason=\"{reason}\"}} {n}\n"
-            ));
-        }
-        out.push_str("# HELP lake_operator_reconcile_duration_seconds Reconcile pass durations.\n");
-        out.push_str("# TYPE lake_operator_reconcile_duration_seconds histogram\n");
-        for (bound, n) in BUCKETS.iter().zip(m.buckets) {
-            out.push_str(&format!(
-                "lake_operator_reconcile_duration_seconds_bucket{{le=\"{bound}\"}} {n}\n"
-            ));
-        }
-        out.push_str(&format!(
-            "lake_operator_reconcile_duration_seconds_bucket{{le=\"+Inf\"}} {}\n",
-            m.duration_count
-        ));
-        out.push_str(&format!(
-            "lake_operator_reconcile_duration_seconds_sum {}\n",
-            m.duration_sum
-        ));
-        out.push_str(&format!(
-            "lake_operator_reconcile_duration_seconds_count {}\n",
-            m.duration_count
-        ));
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
 }
@@ -113,9 +100,22 @@ mod tests {
             text.contains("lake_operator_reconciles_total 2\n"),
             "{text}"
         );
-        assert!(text.contains("lake_operator_reconcile_errors_total{reason=\"AwsError\"} 1\n"));
-        assert!(text.contains("lake_operator_reconcile_duration_seconds_bucket{le=\"0.05\"} 1\n"));
-        assert!(text.contains("lake_operator_reconcile_duration_seconds_bucket{le=\"5\"} 2\n"));
-        assert!(text.contains("lake_operator_reconcile_duration_seconds_count 2\n"));
+        assert!(
+            text.contains("lake_operator_reconcile_errors_total{reason=\"AwsError\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lake_operator_reconcile_duration_seconds_bucket{le=\"0.05\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lake_operator_reconcile_duration_seconds_bucket{le=\"5.0\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lake_operator_reconcile_duration_seconds_count 2\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::crd::Condition;
+use crate::crd::{Condition, ConditionStatus};
 
 pub const PLAN_VALID: &str = "PlanValid";
 pub const TABLES_READY: &str = "TablesReady";
@@ -37,11 +37,11 @@ const GATING: [&str; 5] = [
     WORKLOADS_READY,
 ];
 
-/// One observation: `Some(true)` True, `Some(false)` False, `None` Unknown.
+/// One observation: a condition's type, status, reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
     pub type_: &'static str,
-    pub ok: Option<bool>,
+    pub status: ConditionStatus,
     pub reason: String,
     pub message: String,
 }
@@ -50,7 +50,7 @@ impl Check {
     pub fn ok(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
         Self {
             type_,
-            ok: Some(true),
+            status: ConditionStatus::True,
             reason: reason.into(),
             message: message.into(),
         }
@@ -58,7 +58,7 @@ impl Check {
     pub fn failed(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
         Self {
             type_,
-            ok: Some(false),
+            status: ConditionStatus::False,
             reason: reason.into(),
             message: message.into(),
         }
@@ -66,18 +66,10 @@ impl Check {
     pub fn unknown(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
         Self {
             type_,
-            ok: None,
+            status: ConditionStatus::Unknown,
             reason: reason.into(),
             message: message.into(),
         }
-    }
-}
-
-fn status_text(ok: Option<bool>) -> &'static str {
-    match ok {
-        Some(true) => "True",
-        Some(false) => "False",
-        None => "Unknown",
     }
 }
 
@@ -86,7 +78,7 @@ pub fn ready(checks: &[Check]) -> Check {
     match checks
         .iter()
         .filter(|c| GATING.contains(&c.type_))
-        .find(|c| c.ok != Some(true))
+        .find(|c| c.status != ConditionStatus::True)
     {
         None => Check::ok(READY, "Ready", "tables, policies and workloads are ready"),
         Some(blocking) => {
@@ -125,7 +117,7 @@ pub fn conditions(
     });
     all.into_iter()
         .map(|check| {
-            let status = status_text(check.ok).to_owned();
+            let status = check.status;
             let last_transition_time = previous
                 .iter()
                 .find(|p| p.type_ == check.type_ && p.status == status)

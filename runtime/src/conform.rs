@@ -1,9 +1,13 @@
-//! Conformance of incoming rows to a table's schema, for every write that brings its own
-//! schema (COPY INTO from the stage, ADBC bulk ingest): columns matched **by name**, and a type
-//! accepted only when it equals the table's or widens to it without loss (int32 → int64,
-//! float32 → float64, the string and binary encodings, dictionaries of the type). Anything else
-//! is refused, naming every offending column, before a row is written; values are cast with
-//! `safe: false`, so a value that does not fit is an error, never a silent NULL.
+//! Conformance of incoming rows to a table's schema: the one set of rules every write follows.
+//!
+//! Rows that bring their own schema (COPY INTO from the stage, ADBC bulk ingest) are checked by
+//! [`check`] and cast by [`cast_batch`]: columns matched **by name**, and a type accepted only
+//! when it equals the table's or widens to it without loss (int32 → int64, float32 → float64,
+//! the string and binary encodings, dictionaries of the type). Anything else is refused, naming
+//! every offending column, before a row is written. Rows a SQL plan produced (`INSERT`,
+//! `CREATE TABLE … AS`) are already aligned to the table by the planner and are cast by
+//! [`cast_planned`]. Values are always cast with `safe: false`, so a value that does not fit is
+//! an error, never a silent NULL.
 
 use std::sync::Arc;
 
@@ -91,6 +95,42 @@ pub fn cast_batch(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatch,
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(Arc::clone(target), columns)
+}
+
+/// Why rows a SQL plan produced cannot be written to the table.
+#[derive(Debug, thiserror::Error)]
+pub enum PlannedMismatch {
+    #[error("the rows have {found} columns, the table has {expected}")]
+    Columns { found: usize, expected: usize },
+    #[error("the rows do not match the table: {0}")]
+    Values(#[source] ArrowError),
+}
+
+/// `batch`, produced by a SQL plan that the planner has aligned to the table's columns
+/// (`INSERT`, `CREATE TABLE … AS`), cast to `target` column by column. Not "safe": a value
+/// that does not fit is an error, never a silent null.
+pub fn cast_planned(
+    batch: RecordBatch,
+    target: &SchemaRef,
+) -> Result<RecordBatch, PlannedMismatch> {
+    if batch.num_columns() != target.fields().len() {
+        return Err(PlannedMismatch::Columns {
+            found: batch.num_columns(),
+            expected: target.fields().len(),
+        });
+    }
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    batch
+        .columns()
+        .iter()
+        .zip(target.fields())
+        .map(|(c, f)| arrow::compute::cast_with_options(c, f.data_type(), &options))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|columns| RecordBatch::try_new(Arc::clone(target), columns))
+        .map_err(PlannedMismatch::Values)
 }
 
 #[cfg(test)]

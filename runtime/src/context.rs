@@ -12,26 +12,29 @@ use lake_common::plan::{
     RegistryStore as RegistryPlan,
 };
 use lake_common::schema::Authority;
-use lake_common::stage::{StageDescriptor, StageDescriptorError, StagePath};
+use lake_common::stage::{StageDescriptor, StageDescriptorError};
 
 use crate::aws::{AwsConnection, AwsError, ConnectOptions};
-use arrow::datatypes::SchemaRef;
-use arrow::record_batch::RecordBatch;
-use futures::StreamExt;
 
-use crate::catalog::{CatalogError, Registry, TableEntry, new_entry};
-use crate::engine::{Engine, EngineError, RowStream, TableRef, Warehouse, WriteEngine};
+use crate::catalog::{CatalogError, Registry};
+use crate::engine::{Engine, EngineError, Warehouse, WriteEngine};
 use crate::manifest::{
     AuthorityError, ManifestStore, ReadOnlyManifestStore, load_marker, verify_marker,
 };
 use crate::provision::{self, ProvisionError};
-use crate::stage::{self, FileFormat, LoadError, Stage, StageError};
+use crate::stage::{Stage, StageError};
 use crate::store::{DynamoStore, EmbeddedStore, MetaRead, MetaStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ContextError {
-    #[error("{0}")]
-    Config(String),
+    #[error("a cloud {role} role needs the cluster id")]
+    NoClusterId { role: &'static str },
+    #[error("a DynamoDB store needs an AWS region")]
+    NoRegion,
+    #[error("warehouse {0:?} is not an s3:// URL")]
+    NotS3(String),
+    #[error("registry and manifests must both be embedded or both be DynamoDB")]
+    MixedStores,
     #[error(
         "the local lake in {} is not initialised (no {}); start the metadata role first",
         dir.display(), what
@@ -53,8 +56,6 @@ pub enum ContextError {
     StageDescriptor(#[from] StageDescriptorError),
     #[error("stage: {0}")]
     Stage(#[from] StageError),
-    #[error(transparent)]
-    Load(#[from] LoadError),
 }
 
 impl From<EngineError> for ContextError {
@@ -151,9 +152,8 @@ impl QueryContext {
                     )
                 }
                 ManifestPlan::DynamoDb { table } => {
-                    let cluster = cluster_id.ok_or_else(|| {
-                        ContextError::Config("a cloud query role needs the cluster id".into())
-                    })?;
+                    let cluster =
+                        cluster_id.ok_or_else(|| ContextError::NoClusterId { role: "query" })?;
                     let aws = aws_for(plan.aws(), options).await?;
                     let client = aws.dynamodb();
                     let kv = DynamoStore::new(
@@ -188,15 +188,14 @@ async fn aws_for(
     target: Option<&lake_common::plan::AwsTarget>,
     options: &ConnectOptions,
 ) -> Result<AwsConnection, ContextError> {
-    let target = target
-        .ok_or_else(|| ContextError::Config("a DynamoDB store needs an AWS region".into()))?;
+    let target = target.ok_or_else(|| ContextError::NoRegion)?;
     Ok(AwsConnection::new(target, options).await)
 }
 
 fn s3_warehouse(aws: &AwsConnection, warehouse: &str) -> Result<Warehouse, ContextError> {
-    let rest = warehouse.strip_prefix("s3://").ok_or_else(|| {
-        ContextError::Config(format!("warehouse {warehouse:?} is not an s3:// URL"))
-    })?;
+    let rest = warehouse
+        .strip_prefix("s3://")
+        .ok_or_else(|| ContextError::NotS3(warehouse.to_owned()))?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let location = lake_common::plan::S3Location {
         bucket: bucket.to_owned(),
@@ -238,9 +237,7 @@ impl MetadataContext {
                 ManifestPlan::DynamoDb { table: manifest },
             ) => {
                 let cluster = cluster_id
-                    .ok_or_else(|| {
-                        ContextError::Config("a cloud metadata role needs the cluster id".into())
-                    })?
+                    .ok_or_else(|| ContextError::NoClusterId { role: "metadata" })?
                     .to_owned();
                 let aws = aws_for(plan.aws(), options).await?;
                 let client = aws.dynamodb();
@@ -265,9 +262,7 @@ impl MetadataContext {
                 )
             }
             _ => {
-                return Err(ContextError::Config(
-                    "registry and manifests must both be embedded or both be DynamoDB".into(),
-                ));
+                return Err(ContextError::MixedStores);
             }
         };
         // Both branches have checked the manifest marker (provisioned locally, verified in the
@@ -297,51 +292,6 @@ impl MetadataContext {
         &self.cluster_id
     }
 
-    /// Creates a table: registers it (a conditional write, so a concurrent create of the same
-    /// name loses cleanly), then commits its dataset. If the dataset cannot be created, the
-    /// registration is withdrawn, so nothing half-done is left.
-    pub async fn create_table(
-        &self,
-        table: &TableRef,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-    ) -> Result<TableEntry, ContextError> {
-        self.create_table_stream(table, crate::engine::rows_of(schema, batches))
-            .await
-            .map(|(entry, _)| entry)
-    }
-
-    /// [`MetadataContext::create_table`] with the schema and rows of `rows`, streamed into the
-    /// first commit (a `CREATE TABLE … AS SELECT`, an ingest of any size). Returns the
-    /// registration and the rows written.
-    pub async fn create_table_stream(
-        &self,
-        table: &TableRef,
-        rows: RowStream,
-    ) -> Result<(TableEntry, u64), ContextError> {
-        let location = self.engine.warehouse().uri(table);
-        let entry = new_entry(
-            table.namespace.clone(),
-            table.table.clone(),
-            location,
-            rows.schema(),
-        );
-        self.registry.create_table(&entry).await?;
-        match self.engine.create_stream(table, rows).await {
-            Ok(committed) => Ok((entry, committed.rows)),
-            Err(e) => {
-                if let Err(undo) = self
-                    .registry
-                    .drop_table(&table.namespace, &table.table)
-                    .await
-                {
-                    tracing::error!(%table, error = %undo, "could not withdraw the registration of a table whose dataset failed");
-                }
-                Err(e.into())
-            }
-        }
-    }
-
     /// Finalises the commits writers left staged (a writer that died between recording its
     /// manifest and finalising it): opening each table's latest version through this role's
     /// read-write manifest handler finalises it, so the query role — which only reads the last
@@ -356,101 +306,4 @@ impl MetadataContext {
         }
         Ok(tables.len())
     }
-
-    /// Replaces a table's schema and rows (ADBC ingest `replace`) with those of `rows`, in one
-    /// commit. The new data files are written first (under the table's lock), then the
-    /// registration is updated, then the files are committed; if the commit fails, the previous
-    /// registration is restored. A failure while the rows stream in changes nothing, and the
-    /// registry and the dataset disagree at most for the commit itself. Returns the rows written.
-    pub async fn replace_table(
-        &self,
-        table: &TableRef,
-        rows: RowStream,
-    ) -> Result<(TableEntry, u64), ContextError> {
-        let previous = self
-            .registry
-            .get_table(&table.namespace, &table.table)
-            .await?;
-        let mut next = previous.clone();
-        next.schema = rows.schema();
-        let staged = self.engine.stage_overwrite(table, rows).await?;
-        self.registry.update_table(&next).await?;
-        match self.engine.commit(staged).await {
-            Ok(committed) => Ok((next, committed.rows)),
-            Err(e) => {
-                if let Err(undo) = self.registry.update_table(&previous).await {
-                    tracing::error!(%table, error = %undo, "could not restore the registration of a table whose overwrite failed");
-                }
-                Err(e.into())
-            }
-        }
-    }
-
-    /// `COPY INTO`: loads the stage file at `path` (or every file under it) into `table` as one
-    /// append commit. Every file is decoded and checked against the table's schema before
-    /// anything is written, so a bad file commits nothing. Returns the rows loaded.
-    pub async fn copy_into(
-        &self,
-        table: &TableRef,
-        path: &StagePath,
-        format: Option<FileFormat>,
-    ) -> Result<u64, ContextError> {
-        let entry = self
-            .registry
-            .get_table(&table.namespace, &table.table)
-            .await?;
-        // Every file's schema is checked before a row is written, so a bad file commits
-        // nothing; then the files are decoded as the write pulls them (off the async workers),
-        // so memory holds a few batches, not the files' contents.
-        let mut files = Vec::new();
-        for file in self.stage.files(path).await? {
-            let bytes = self.stage.read(&file).await?;
-            files.push(stage::batches(&file, bytes, format, &entry.schema)?);
-        }
-        let rows = futures::stream::iter(files).map(decoded).flatten();
-        let rows = crate::engine::row_stream(entry.schema.clone(), rows);
-        let committed = self.engine.append_stream(table, rows).await?;
-        Ok(committed.rows)
-    }
-
-    /// Drops a table: its files and manifest rows first (idempotent), then its registration, so
-    /// a failure part-way leaves a table that can be dropped again.
-    pub async fn drop_table(&self, table: &TableRef) -> Result<(), ContextError> {
-        // Fail early, before deleting anything, if the table is not registered.
-        self.registry
-            .get_table(&table.namespace, &table.table)
-            .await?;
-        self.engine.drop_table(table).await?;
-        self.registry
-            .drop_table(&table.namespace, &table.table)
-            .await?;
-        Ok(())
-    }
-}
-
-/// A file's batches decoded on a blocking thread, two at a time ahead of the writer.
-fn decoded(
-    batches: stage::Batches,
-) -> impl futures::Stream<Item = datafusion::error::Result<RecordBatch>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(2);
-    tokio::task::spawn_blocking(move || {
-        let decode = std::panic::AssertUnwindSafe(|| {
-            for batch in batches {
-                let batch =
-                    batch.map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)));
-                // The writer stopped (an error, a drop): stop decoding.
-                if tx.blocking_send(batch).is_err() {
-                    return;
-                }
-            }
-        });
-        // A decoder that panics on a hostile file must fail the write, not end the stream
-        // early (which would commit the rows decoded so far).
-        if std::panic::catch_unwind(decode).is_err() {
-            let _ = tx.blocking_send(Err(datafusion::error::DataFusionError::Execution(
-                "the file could not be decoded (the decoder failed on its contents)".into(),
-            )));
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
 }

@@ -13,3 +13,4 @@ pub mod sql_client;
 pub mod stage;
 pub mod stage_cli;
 pub mod store;
+pub mod write;

@@ -15,6 +15,10 @@ use lake_runtime::flight::{self, Role, Tls, Tokens};
 use lake_runtime::sql_client::Format;
 use lake_runtime::stage_cli::StageCommand;
 
+mod failure;
+
+use failure::{Failure, listen};
+
 #[derive(Parser)]
 #[command(
     name = "lake",
@@ -137,7 +141,7 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+        Err(e) => return fail(&Failure::Runtime(e)),
     };
     let result = runtime.block_on(async {
         match command {
@@ -163,24 +167,14 @@ fn main() -> ExitCode {
                     max_concurrent_queries,
                 };
                 if let Err(name) = configured.fields_are_positive() {
-                    return Err(format!(
-                        "{name} (or its lake local flag) must be a whole number above 0"
-                    ));
+                    return Err(Failure::NotPositive(name));
                 }
                 let limits = flight::Limits::resolve(&configured);
                 if token_file.is_some() {
-                    return Err(
-                        "lake local --token-file is gone (one token set let a read token \
-                                write): give each endpoint its own with --query-token-file and \
-                                --metadata-token-file"
-                            .into(),
-                    );
+                    return Err(Failure::OneTokenFile);
                 }
                 let tls = match (tls_cert, tls_key) {
-                    (Some(cert), Some(key)) => match Tls::from_files(&cert, &key) {
-                        Ok(tls) => Some(tls),
-                        Err(e) => return Err(e),
-                    },
+                    (Some(cert), Some(key)) => Some(Tls::from_files(&cert, &key)?),
                     _ => None,
                 };
                 let tokens = LocalTokens {
@@ -190,10 +184,7 @@ fn main() -> ExitCode {
                 if let (Some(q), Some(m)) = (&tokens.query, &tokens.metadata)
                     && q.overlaps(m)
                 {
-                    return Err("a token is in both --query-token-file and \
-                                --metadata-token-file: a query token must never be valid for \
-                                writes"
-                        .into());
+                    return Err(Failure::SharedToken);
                 }
                 let shutdown = flight::Shutdown::on_signals(Duration::from_secs(shutdown_grace));
                 local(
@@ -217,10 +208,7 @@ fn main() -> ExitCode {
                 tls_ca,
             } => {
                 let mut out = std::io::stdout();
-                let ca = match tls_ca.map(std::fs::read).transpose() {
-                    Ok(ca) => ca,
-                    Err(e) => return Err(format!("cannot read the CA certificate: {e}")),
-                };
+                let ca = tls_ca.map(std::fs::read).transpose().map_err(Failure::Ca)?;
                 lake_runtime::sql_client::run(
                     &endpoint,
                     &sql,
@@ -230,7 +218,7 @@ fn main() -> ExitCode {
                     &mut out,
                 )
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(Failure::from)
             }
             Command::Stage {
                 endpoint,
@@ -238,26 +226,23 @@ fn main() -> ExitCode {
                 tls_ca,
                 command,
             } => {
-                let tls_ca = match tls_ca.map(std::fs::read).transpose() {
-                    Ok(ca) => ca,
-                    Err(e) => return Err(format!("cannot read the CA certificate: {e}")),
-                };
+                let tls_ca = tls_ca.map(std::fs::read).transpose().map_err(Failure::Ca)?;
                 let options = lake_client::ConnectOptions { token, tls_ca };
                 lake_runtime::stage_cli::run(&endpoint, options, command)
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(Failure::from)
             }
             Command::Plan => Ok(()),
         }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => fail(&message),
+        Err(failure) => fail(&failure),
     }
 }
 
-fn fail(message: &str) -> ExitCode {
-    eprintln!("error: {message}");
+fn fail(failure: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("error: {failure}");
     ExitCode::FAILURE
 }
 
@@ -287,10 +272,8 @@ struct LocalTokens {
     metadata: Option<Tokens>,
 }
 
-fn tokens(file: Option<&Path>) -> Result<Option<Tokens>, String> {
-    file.map(Tokens::from_file)
-        .transpose()
-        .map_err(|e| e.to_string())
+fn tokens(file: Option<&Path>) -> Result<Option<Tokens>, Failure> {
+    Ok(file.map(Tokens::from_file).transpose()?)
 }
 
 async fn local(
@@ -301,12 +284,17 @@ async fn local(
     tls: Option<Tls>,
     limits: flight::Limits,
     shutdown: flight::Shutdown,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
-    std::fs::create_dir_all(data).map_err(|e| format!("cannot create {}: {e}", data.display()))?;
-    let data = data
-        .canonicalize()
-        .map_err(|e| format!("cannot resolve {}: {e}", data.display()))?;
+    let data_dir = |action| {
+        move |source| Failure::DataDir {
+            action,
+            path: data.to_owned(),
+            source,
+        }
+    };
+    std::fs::create_dir_all(data).map_err(data_dir("create"))?;
+    let data = data.canonicalize().map_err(data_dir("resolve"))?;
     let request = AuthorityRequest {
         cluster_name: "local".into(),
         storage: StorageRequest::Local {
@@ -317,21 +305,15 @@ async fn local(
         legacy_table: None,
         dynamodb_endpoint: None,
     };
-    let plan = AuthorityPlan::new(&request, &PlanFields::SPEC).map_err(|e| e.to_string())?;
+    let plan = AuthorityPlan::new(&request, &PlanFields::SPEC).map_err(Failure::Config)?;
     let options = ConnectOptions::default();
     // Metadata first: it provisions the local stores that query then opens read-only.
-    let metadata = MetadataContext::open(&plan.metadata(), None, &options)
-        .await
-        .map_err(|e| e.to_string())?;
-    let query = QueryContext::open(&plan.query(), None, &options)
-        .await
-        .map_err(|e| e.to_string())?;
+    let metadata = MetadataContext::open(&plan.metadata(), None, &options).await?;
+    let query = QueryContext::open(&plan.query(), None, &options).await?;
     let metadata_bound = flight::bind(metadata_addr)
         .await
-        .map_err(|e| format!("cannot listen on {metadata_addr}: {e}"))?;
-    let query_bound = flight::bind(query_addr)
-        .await
-        .map_err(|e| format!("cannot listen on {query_addr}: {e}"))?;
+        .map_err(listen(metadata_addr))?;
+    let query_bound = flight::bind(query_addr).await.map_err(listen(query_addr))?;
     let metadata_url = format!("{scheme}://{}", metadata_bound.addr);
     let query_url = format!("{scheme}://{}", query_bound.addr);
     // Nobody may be reading stdout (a closed pipe): the banner must never stop the servers.
@@ -370,12 +352,11 @@ async fn local(
         ),
         flight::serve(query_bound, query_role, tokens.query, tls, limits, shutdown),
     );
-    a.and(b).map_err(|e| format!("serving failed: {e}"))
+    Ok(a.and(b)?)
 }
 
-async fn serve() -> Result<(), String> {
-    let parsed = RuntimeConfig::from_vars(std::env::vars())
-        .map_err(|e| format!("invalid LAKE_* configuration: {e}"))?;
+async fn serve() -> Result<(), Failure> {
+    let parsed = RuntimeConfig::from_vars(std::env::vars()).map_err(Failure::Config)?;
     for name in &parsed.unknown {
         tracing::warn!(variable = %name, "unknown LAKE_* variable ignored");
     }
@@ -391,17 +372,13 @@ async fn serve() -> Result<(), String> {
     let role = match &config.plan {
         RolePlan::Query(plan) => Role::Query {
             context: Arc::new(
-                QueryContext::open(plan, config.cluster_id.as_deref(), &options)
-                    .await
-                    .map_err(|e| e.to_string())?,
+                QueryContext::open(plan, config.cluster_id.as_deref(), &options).await?,
             ),
             metadata_endpoint: config.metadata_endpoint.clone(),
         },
         RolePlan::Metadata(plan) => {
             let metadata = Arc::new(
-                MetadataContext::open(plan, config.cluster_id.as_deref(), &options)
-                    .await
-                    .map_err(|e| e.to_string())?,
+                MetadataContext::open(plan, config.cluster_id.as_deref(), &options).await?,
             );
             tokio::spawn(finalise_periodically(metadata.clone()));
             Role::Metadata(metadata)
@@ -409,7 +386,7 @@ async fn serve() -> Result<(), String> {
     };
     let bound = flight::bind(config.flight_addr)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.flight_addr))?;
+        .map_err(listen(config.flight_addr))?;
     let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
     tracing::info!(role = %config.plan.role(), addr = %bound.addr, "serving");
     {
@@ -420,7 +397,7 @@ async fn serve() -> Result<(), String> {
             .and_then(|()| out.flush());
     }
     let limits = flight::Limits::resolve(&config.limits);
-    flight::serve(
+    Ok(flight::serve(
         bound,
         role,
         tokens,
@@ -428,13 +405,11 @@ async fn serve() -> Result<(), String> {
         limits,
         flight::Shutdown::on_signals(SERVE_GRACE),
     )
-    .await
-    .map_err(|e| format!("serving failed: {e}"))
+    .await?)
 }
 
-async fn selftest() -> Result<(), String> {
-    let parsed = RuntimeConfig::from_vars(std::env::vars())
-        .map_err(|e| format!("invalid LAKE_* configuration: {e}"))?;
+async fn selftest() -> Result<(), Failure> {
+    let parsed = RuntimeConfig::from_vars(std::env::vars()).map_err(Failure::Config)?;
     let config = parsed.config;
     let checks = lake_runtime::selftest::run(&config).await;
     let failed = checks.iter().filter(|c| !c.passed).count();
@@ -450,7 +425,7 @@ async fn selftest() -> Result<(), String> {
     if failed == 0 {
         Ok(())
     } else {
-        Err(format!("{failed} selftest checks failed"))
+        Err(Failure::Selftest(failed))
     }
 }
 

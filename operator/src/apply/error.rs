@@ -2,6 +2,9 @@
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
+/// An error kept as the source of another.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// An existing table with another key schema: adopting it would corrupt it. Terminal.
@@ -34,7 +37,11 @@ pub enum ApplyError {
     Aws {
         operation: &'static str,
         resource: String,
+        /// The service's code and message (or the SDK's whole error chain).
         detail: String,
+        /// The SDK's error, when there was one.
+        #[source]
+        source: Option<BoxError>,
     },
     /// A planned object still holds a placeholder for something only AWS could tell (a role's
     /// account, the cluster uid): it is never applied. Retried.
@@ -110,8 +117,8 @@ impl ApplyError {
 /// An AWS SDK error as an [`ApplyError::Aws`], keeping the service's code and message.
 pub fn aws<E, R>(operation: &'static str, resource: &str, e: SdkError<E, R>) -> ApplyError
 where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
 {
     let detail = match e.code() {
         Some(code) => format!("{code}: {}", e.message().unwrap_or_default()),
@@ -121,5 +128,6 @@ where
         operation,
         resource: resource.to_owned(),
         detail,
+        source: Some(Box::new(e)),
     }
 }

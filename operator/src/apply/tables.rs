@@ -131,6 +131,7 @@ async fn create(client: &Client, desired: &DesiredTable) -> Result<(), ApplyErro
         operation: "CreateTable",
         resource: desired.name.clone(),
         detail: e.to_string(),
+        source: Some(Box::new(e)),
     };
     let key = |name: &str, kind| {
         KeySchemaElement::builder()
@@ -308,6 +309,7 @@ pub async fn ensure(
                     operation: "UpdateContinuousBackups",
                     resource: name.to_owned(),
                     detail: e.to_string(),
+                    source: Some(Box::new(e)),
                 })?;
             client
                 .update_continuous_backups()
@@ -335,6 +337,7 @@ pub async fn ensure(
                 operation: "TagResource",
                 resource: name.to_owned(),
                 detail: e.to_string(),
+                source: Some(Box::new(e)),
             })?;
         if !missing.is_empty() {
             client

@@ -45,14 +45,44 @@ pub struct TokensStatus {
     pub metadata_secret: String,
 }
 
+/// A condition's status, spelt as metav1.Condition spells it.
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ConditionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compared with its spelling (`"True"`), as tests and tools read conditions.
+impl PartialEq<&str> for ConditionStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A metav1.Condition-shaped condition.
 #[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type")]
     pub type_: String,
-    /// "True", "False" or "Unknown".
-    pub status: String,
+    pub status: ConditionStatus,
     pub reason: String,
     #[serde(default)]
     pub message: String,

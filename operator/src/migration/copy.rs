@@ -18,7 +18,10 @@ use crate::crd::{MigrationPhase, MigrationStatus};
 const WRITERS: usize = 16;
 
 /// Where a legacy item goes, and its key there.
-pub fn destination<'a>(tables: &'a Tables, item: &LegacyItem) -> Option<(&'a str, Item, Item)> {
+pub(super) fn destination<'a>(
+    tables: &'a Tables,
+    item: &LegacyItem,
+) -> Option<(&'a str, Item, Item)> {
     match item {
         LegacyItem::Manifest(i) => Some((
             tables.manifest.as_str(),
@@ -81,7 +84,7 @@ async fn put(
 
 /// Copies until every segment is done, one fails, or `deadline` passes (the pass then ends and
 /// the next resumes from the checkpoints).
-pub async fn copy(
+pub(super) async fn copy(
     dynamodb: &Client,
     tables: &Tables,
     status: MigrationStatus,

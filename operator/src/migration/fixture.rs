@@ -144,6 +144,7 @@ async fn create_table(dynamodb: &Client, table: &str) -> Result<(), MigrationErr
         operation: "CreateTable",
         table: table.to_owned(),
         detail: e.to_string(),
+        source: Some(Box::new(e)),
     })?;
     dynamodb
         .create_table()
@@ -192,6 +193,7 @@ pub async fn write_items(
                         operation: "BatchWriteItem",
                         table: into.to_owned(),
                         detail: e.to_string(),
+                        source: Some(Box::new(e)),
                     })
             })
             .collect::<Result<_, _>>()?;

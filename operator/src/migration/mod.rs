@@ -53,6 +53,8 @@ pub enum MigrationError {
         operation: &'static str,
         table: String,
         detail: String,
+        #[source]
+        source: Option<crate::apply::error::BoxError>,
     },
     #[error(transparent)]
     Legacy(#[from] legacy::LegacyError),
@@ -68,20 +70,22 @@ pub(crate) fn aws<E, R>(
     table: &str,
 ) -> impl FnOnce(aws_sdk_dynamodb::error::SdkError<E, R>) -> MigrationError
 where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
 {
     let table = table.to_owned();
     move |e| match crate::apply::error::aws(operation, &table, e) {
-        crate::apply::ApplyError::Aws { detail, .. } => MigrationError::Aws {
+        crate::apply::ApplyError::Aws { detail, source, .. } => MigrationError::Aws {
             operation,
             table,
             detail,
+            source,
         },
         other => MigrationError::Aws {
             operation,
             table,
             detail: other.to_string(),
+            source: Some(Box::new(other)),
         },
     }
 }

@@ -26,6 +26,7 @@ fn scan_key(source: &str, key: &Item) -> Result<ScanKey, MigrationError> {
             operation: "Scan",
             table: source.to_owned(),
             detail: format!("the scan's next key {key:?} is not a (base_uri S, version N) key"),
+            source: None,
         }),
     }
 }
@@ -41,7 +42,7 @@ fn start_key(key: &ScanKey) -> Item {
 }
 
 /// One page of `segment`, from `start`; the next page's start, `None` at the segment's end.
-pub async fn page(
+pub(super) async fn page(
     dynamodb: &Client,
     source: &str,
     segment: i32,
@@ -67,7 +68,7 @@ pub async fn page(
 
 /// Why `source` cannot be a lake v1 table, if it cannot: its key schema must be the manifest
 /// table's (`base_uri` S hash, `version` N range).
-pub async fn schema_problem(
+pub(super) async fn schema_problem(
     dynamodb: &Client,
     source: &str,
 ) -> Result<Option<String>, MigrationError> {

@@ -20,7 +20,7 @@ const QUOTED: usize = 3;
 
 /// What one full scan of one segment found.
 #[derive(Default)]
-pub struct SegmentScan {
+pub(super) struct SegmentScan {
     pub digest: SetDigest,
     pub items: i64,
     manifest_items: i64,
@@ -95,7 +95,7 @@ async fn scan_segment(
     }
 }
 
-pub async fn scan_all(
+pub(super) async fn scan_all(
     dynamodb: &Client,
     tables: &Tables,
     compare: bool,
@@ -109,7 +109,7 @@ pub async fn scan_all(
 }
 
 /// Segments whose content differs from what the copy read.
-pub fn changed(status: &MigrationStatus, scans: &[SegmentScan]) -> Vec<i32> {
+pub(super) fn changed(status: &MigrationStatus, scans: &[SegmentScan]) -> Vec<i32> {
     scans
         .iter()
         .zip(&status.segments)
@@ -149,7 +149,10 @@ async fn count(
 }
 
 /// Items of `tables` but their markers: (manifest, registry).
-pub async fn split_items(dynamodb: &Client, tables: &Tables) -> Result<(i64, i64), MigrationError> {
+pub(super) async fn split_items(
+    dynamodb: &Client,
+    tables: &Tables,
+) -> Result<(i64, i64), MigrationError> {
     Ok((
         count(
             dynamodb,
@@ -196,6 +199,7 @@ async fn mismatches(
                         operation: "BatchGetItem",
                         table: table.clone(),
                         detail: e.to_string(),
+                        source: Some(Box::new(e)),
                     })?;
                 Ok((table, keys))
             })
@@ -271,7 +275,7 @@ async fn newest(
     }))
 }
 
-pub async fn verify(
+pub(super) async fn verify(
     dynamodb: &Client,
     tables: &Tables,
     consent: &Consent,

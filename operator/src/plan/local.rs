@@ -19,11 +19,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use lake_common::config::default_port;
 use lake_common::plan::Role;
 
-use super::workloads::{
-    Component, Object, container_port, container_security, default_resources, labels,
-    local_ingress, meta_named, pod_security, secret_volume, service, tcp_probe, tls_volume,
-    tmp_volume,
+use super::network::local_ingress;
+use super::pod::{
+    container_port, container_security, default_resources, pod_security, secret_volume, tcp_probe,
+    tls_volume, tmp_volume,
 };
+use super::workloads::{Component, Object, labels, meta_named, service};
 use crate::crd::DeletionPolicy;
 use crate::validate::{LocalVolume, ValidatedCluster};
 

@@ -4,6 +4,8 @@
 
 pub mod iam;
 pub mod local;
+mod network;
+mod pod;
 pub mod selftest;
 pub mod tables;
 pub mod tls;

@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::{
 use lake_common::plan::Role;
 use sha2::{Digest, Sha256};
 
-use super::workloads::{config, container_security, meta_named, pod_security};
+use super::pod::{container_security, pod_security};
+use super::workloads::{config, meta_named};
 use crate::render::workload_name;
 use crate::validate::ValidatedCluster;
 

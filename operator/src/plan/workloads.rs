@@ -5,20 +5,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvFromSource, KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec,
+    ResourceRequirements, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
-use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
-    NetworkPolicySpec,
-};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use lake_common::config::default_port;
 use lake_common::plan::{Role, Storage};
@@ -30,11 +22,16 @@ use super::tables::MANAGER;
 use crate::render::{runtime_config, workload_name};
 use crate::validate::ValidatedCluster;
 
+use super::network::metadata_ingress;
+use super::pod::{
+    container_port, container_security, default_resources, pod_security, secret_volume, tcp_probe,
+    tls_volume, tmp_volume,
+};
+
 /// The pod-template annotation that changes whenever a role's configuration does, so a config
 /// change rolls the pods.
 pub const CONFIG_HASH: &str = "lake.dev/config-hash";
 pub const IRSA_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
-const RUN_AS: i64 = 65532;
 
 /// One object to apply.
 // A handful per cluster, built once per reconcile: boxing would buy nothing.
@@ -141,7 +138,7 @@ pub(crate) fn selector(
     labels
 }
 
-fn meta(cluster: &ValidatedCluster, role: Role) -> ObjectMeta {
+pub(crate) fn meta(cluster: &ValidatedCluster, role: Role) -> ObjectMeta {
     meta_named(cluster, role, workload_name(cluster, role))
 }
 
@@ -183,135 +180,6 @@ pub fn config(cluster: &ValidatedCluster, role: Role) -> (BTreeMap<String, Strin
         .map(|b| format!("{b:02x}"))
         .collect();
     (data, hash)
-}
-
-/// Every lake pod: non-root (65532), RuntimeDefault seccomp; its volumes group-readable.
-pub(crate) fn pod_security() -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(RUN_AS),
-        run_as_group: Some(RUN_AS),
-        fs_group: Some(RUN_AS),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// Every lake container: no privilege escalation, a read-only root, no capabilities.
-pub(crate) fn container_security() -> SecurityContext {
-    SecurityContext {
-        run_as_non_root: Some(true),
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn default_resources() -> ResourceRequirements {
-    ResourceRequirements {
-        requests: Some(BTreeMap::from([
-            ("cpu".into(), Quantity("250m".into())),
-            ("memory".into(), Quantity("512Mi".into())),
-        ])),
-        limits: Some(BTreeMap::from([("memory".into(), Quantity("2Gi".into()))])),
-        ..Default::default()
-    }
-}
-
-/// A TCP connect to the container's port named `port`.
-pub(crate) fn tcp_probe(port: &str, period: i32, failures: i32) -> Probe {
-    Probe {
-        tcp_socket: Some(TCPSocketAction {
-            port: IntOrString::String(port.into()),
-            ..Default::default()
-        }),
-        period_seconds: Some(period),
-        failure_threshold: Some(failures),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn container_port(name: &str, port: u16) -> ContainerPort {
-    ContainerPort {
-        name: Some(name.into()),
-        container_port: i32::from(port),
-        protocol: Some("TCP".into()),
-        ..Default::default()
-    }
-}
-
-/// The pod's writable `/tmp` (its root filesystem is read-only).
-pub(crate) fn tmp_volume() -> (Volume, VolumeMount) {
-    (
-        Volume {
-            name: "tmp".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        },
-        VolumeMount {
-            name: "tmp".into(),
-            mount_path: "/tmp".into(),
-            ..Default::default()
-        },
-    )
-}
-
-/// A Secret mounted read-only and readable by the pod's group only; with `items`, only those
-/// keys, each at its path.
-pub(crate) fn secret_volume(
-    volume: &str,
-    secret: String,
-    mount_path: &str,
-    items: Option<Vec<(String, &str)>>,
-) -> (Volume, VolumeMount) {
-    (
-        Volume {
-            name: volume.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret),
-                default_mode: Some(0o440),
-                items: items.map(|items| {
-                    items
-                        .into_iter()
-                        .map(|(key, path)| KeyToPath {
-                            key,
-                            path: path.into(),
-                            ..Default::default()
-                        })
-                        .collect()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        VolumeMount {
-            name: volume.into(),
-            mount_path: mount_path.into(),
-            read_only: Some(true),
-            ..Default::default()
-        },
-    )
-}
-
-/// The serving certificate and key named `stem` in the TLS Secret (it holds every
-/// certificate), at [`super::tls::files`]; `None` with `spec.tls: Disabled`.
-pub(crate) fn tls_volume(cluster: &ValidatedCluster, stem: &str) -> Option<(Volume, VolumeMount)> {
-    (cluster.tls == crate::crd::TlsMode::Operator).then(|| {
-        let (cert, key) = super::tls::cert_key(stem);
-        secret_volume(
-            "tls",
-            super::tls::secret_name(cluster),
-            super::tls::TLS_DIR,
-            Some(vec![(cert, "tls.crt"), (key, "tls.key")]),
-        )
-    })
 }
 
 fn deployment(
@@ -427,90 +295,6 @@ pub(crate) fn service(
         }),
         ..Default::default()
     }
-}
-
-/// Ingress to `port` only, from `from` (every source when `None`).
-fn ingress_rule(port: u16, from: Option<Vec<NetworkPolicyPeer>>) -> NetworkPolicyIngressRule {
-    NetworkPolicyIngressRule {
-        from,
-        ports: Some(vec![NetworkPolicyPort {
-            port: Some(IntOrString::Int(i32::from(port))),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-    }
-}
-
-/// The pods of the namespaces `spec.metadata.clientNamespaces` names, if it names any.
-fn client_namespaces(cluster: &ValidatedCluster) -> Option<NetworkPolicyPeer> {
-    (!cluster.metadata.client_namespaces.is_empty()).then(|| NetworkPolicyPeer {
-        namespace_selector: Some(LabelSelector {
-            match_expressions: Some(vec![LabelSelectorRequirement {
-                key: "kubernetes.io/metadata.name".into(),
-                operator: "In".into(),
-                values: Some(cluster.metadata.client_namespaces.clone()),
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-}
-
-/// Ingress of `component`'s pods: only what `rules` allow, on no other port.
-pub(crate) fn ingress_policy(
-    cluster: &ValidatedCluster,
-    metadata: ObjectMeta,
-    component: Component,
-    rules: Vec<NetworkPolicyIngressRule>,
-) -> NetworkPolicy {
-    NetworkPolicy {
-        metadata,
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(selector(cluster, component)),
-                ..Default::default()
-            }),
-            policy_types: Some(vec!["Ingress".into()]),
-            ingress: Some(rules),
-            ..Default::default()
-        }),
-    }
-}
-
-/// Who may connect to metadata (the writer): this cluster's query pods and the pods of the
-/// namespaces `spec.metadata.clientNamespaces` names; nothing else, on any port.
-fn metadata_ingress(cluster: &ValidatedCluster) -> NetworkPolicy {
-    let query_pods = NetworkPolicyPeer {
-        pod_selector: Some(LabelSelector {
-            match_labels: Some(selector(cluster, Role::Query)),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let from = std::iter::once(query_pods)
-        .chain(client_namespaces(cluster))
-        .collect();
-    ingress_policy(
-        cluster,
-        meta(cluster, Role::Metadata),
-        Role::Metadata.into(),
-        vec![ingress_rule(default_port(Role::Metadata), Some(from))],
-    )
-}
-
-/// A local lake's one pod: its query port open to every client, its metadata port only to the
-/// namespaces `spec.metadata.clientNamespaces` names (to none when it names none: the pod
-/// itself is the only other writer's way in).
-pub(crate) fn local_ingress(cluster: &ValidatedCluster, metadata: ObjectMeta) -> NetworkPolicy {
-    let mut rules = vec![ingress_rule(default_port(Role::Query), None)];
-    // A rule without peers would admit every source: none at all when no namespace is named.
-    if let Some(clients) = client_namespaces(cluster) {
-        rules.push(ingress_rule(
-            default_port(Role::Metadata),
-            Some(vec![clients]),
-        ));
-    }
-    ingress_policy(cluster, metadata, Component::Local, rules)
 }
 
 /// Every object of the cluster, in apply order (config and identity before the pods that use

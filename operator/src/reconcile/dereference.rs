@@ -28,6 +28,7 @@ pub(super) async fn dereference(
                     operation: "GetRole",
                     resource: spec_role.clone(),
                     detail: format!("the role's ARN {arn:?} names no account"),
+                    source: None,
                 })?
             }
         };

@@ -34,7 +34,7 @@ use crate::crd::{
     Condition, Endpoints, LakeCluster, LakeClusterStatus, PoliciesStatus, PolicyStatus,
     TableStatus, TablesStatus, TlsStatus, TokensStatus,
 };
-use crate::crd::{MigrationPhase, MigrationStatus};
+use crate::crd::{ConditionStatus, MigrationPhase, MigrationStatus};
 use crate::metrics::Metrics;
 use crate::migration::{self, MigrationError};
 use crate::plan::{self, IamInputs, LakePlan};
@@ -347,7 +347,9 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     // Rolled out on the split tables: the cutover is complete.
     if let Some(m) = migration.take() {
         migration = Some(
-            if m.phase == MigrationPhase::CuttingOver && workloads.check.ok == Some(true) {
+            if m.phase == MigrationPhase::CuttingOver
+                && workloads.check.status == ConditionStatus::True
+            {
                 let done = migration::complete(m);
                 StatusCheckpoint::new(ctx, cluster).write(&done).await?;
                 advanced = true;
@@ -377,7 +379,7 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     let ready = [&tables.check, &policies_check.0, &workloads.check]
         .into_iter()
         .chain(migration_check.as_ref())
-        .all(|c| c.ok == Some(true));
+        .all(|c| c.status == ConditionStatus::True);
     // Once rolled out: the selftest Jobs (reported, not gating Ready).
     let self_test = if ready {
         self_test_step(ctx, &validated).await

@@ -16,11 +16,7 @@ pub(super) fn previous_checks(cluster: &LakeCluster) -> Vec<Check> {
         .map(|t| match previous.iter().find(|c| c.type_ == t) {
             Some(c) => Check {
                 type_: t,
-                ok: match c.status.as_str() {
-                    "True" => Some(true),
-                    "False" => Some(false),
-                    _ => None,
-                },
+                status: c.status,
                 reason: c.reason.clone(),
                 message: c.message.clone(),
             },
@@ -144,7 +140,7 @@ pub(super) async fn write_status(
         .await
         .map_err(kube_error("status patch", cluster))?;
     for condition in events {
-        let type_ = if condition.status == "False" {
+        let type_ = if condition.status == ConditionStatus::False {
             EventType::Warning
         } else {
             EventType::Normal

@@ -69,7 +69,7 @@ pub(super) fn must_create(
     let workloads_ready = status
         .conditions
         .iter()
-        .any(|c| c.type_ == WORKLOADS_READY && c.status == "True");
+        .any(|c| c.type_ == WORKLOADS_READY && c.status == crate::crd::ConditionStatus::True);
     !recorded(status) || !workloads_ready
 }
 

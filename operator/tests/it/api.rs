@@ -2,7 +2,7 @@
 //! the installed CRD (with its status subresource) expects.
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use lake_operator::crd::{Condition, LakeCluster, LakeClusterStatus};
+use lake_operator::crd::{Condition, ConditionStatus, LakeCluster, LakeClusterStatus};
 use lake_operator::validate::validate;
 use lake_testkit::{unique, workspace_root};
 
@@ -31,7 +31,7 @@ async fn samples_round_trip_with_a_status_subresource() {
         observed_generation: stored.metadata.generation,
         conditions: vec![Condition {
             type_: "PlanValid".into(),
-            status: "True".into(),
+            status: ConditionStatus::True,
             reason: "Validated".into(),
             message: String::new(),
             observed_generation: stored.metadata.generation,

@@ -1,5 +1,8 @@
 //! lake-operator's integration tests: one test binary, one module per subject.
 
+// Test code: a failed unwrap is a failed test, with its message (helpers included).
+#![allow(clippy::unwrap_used)]
+
 mod api;
 mod apiserver;
 mod cel;

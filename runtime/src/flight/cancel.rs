@@ -16,7 +16,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::coop::CooperativeExec;
 
 #[derive(Debug, Default)]
-pub struct YieldAboveEveryOperator;
+pub(super) struct YieldAboveEveryOperator;
 
 impl PhysicalOptimizerRule for YieldAboveEveryOperator {
     fn name(&self) -> &str {

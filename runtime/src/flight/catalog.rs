@@ -13,14 +13,14 @@ use crate::catalog::{NamespaceName, TableName};
 use crate::engine::{Engine, EngineError, TableRef};
 
 /// The one catalog name lake serves.
-pub const CATALOG: &str = "lake";
+pub(super) const CATALOG: &str = "lake";
 
 /// The warehouse as DataFusion sees it. A table is opened (at its latest version, through the
 /// manifest store) when a statement names it, whether or not it was listed, so a statement never
 /// needs the warehouse listed: only `information_schema` (and the `SHOW` statements built on it)
 /// enumerate, and only they pay for a listing ([`LakeCatalog::listed`]).
 #[derive(Debug)]
-pub struct LakeCatalog {
+pub(super) struct LakeCatalog {
     engine: Engine,
     /// Namespace → tables, when listed.
     schemas: BTreeMap<String, Arc<NamespaceSchema>>,
@@ -28,7 +28,7 @@ pub struct LakeCatalog {
 
 impl LakeCatalog {
     /// A catalog that resolves the tables a statement names, without listing the warehouse.
-    pub fn unlisted(engine: &Engine) -> Self {
+    pub(super) fn unlisted(engine: &Engine) -> Self {
         Self {
             engine: engine.clone(),
             schemas: BTreeMap::new(),
@@ -36,7 +36,7 @@ impl LakeCatalog {
     }
 
     /// A catalog with the warehouse listed now, for statements that enumerate it.
-    pub async fn listed(engine: &Engine) -> Result<Self, EngineError> {
+    pub(super) async fn listed(engine: &Engine) -> Result<Self, EngineError> {
         let mut schemas: BTreeMap<String, Vec<TableName>> = BTreeMap::new();
         for table in engine.list_tables().await? {
             schemas
@@ -63,12 +63,12 @@ impl LakeCatalog {
         })
     }
 
-    pub fn engine(&self) -> &Engine {
+    pub(super) fn engine(&self) -> &Engine {
         &self.engine
     }
 
     /// Namespace → tables, sorted (empty unless [`LakeCatalog::listed`]).
-    pub fn tables(&self) -> impl Iterator<Item = (&str, &[TableName])> {
+    pub(super) fn tables(&self) -> impl Iterator<Item = (&str, &[TableName])> {
         self.schemas
             .iter()
             .map(|(ns, s)| (ns.as_str(), s.tables.as_slice()))
@@ -96,7 +96,7 @@ impl CatalogProvider for LakeCatalog {
 }
 
 #[derive(Debug)]
-pub struct NamespaceSchema {
+pub(super) struct NamespaceSchema {
     engine: Engine,
     namespace: NamespaceName,
     tables: Vec<TableName>,

@@ -15,7 +15,7 @@ use crate::engine::TableRef;
 use crate::stage::FileFormat;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopyInto {
+pub(super) struct CopyInto {
     pub table: TableRef,
     pub path: StagePath,
     pub format: Option<FileFormat>,
@@ -40,7 +40,7 @@ fn is_keyword(token: Option<&Token>, keyword: Keyword) -> bool {
 
 /// `None` when `sql` is not a `COPY INTO`; otherwise the statement, or INVALID_ARGUMENT naming
 /// what is wrong with it.
-pub fn parse(sql: &str) -> Option<Result<CopyInto, Status>> {
+pub(super) fn parse(sql: &str) -> Option<Result<CopyInto, Status>> {
     let tokens = tokens(sql)?;
     let mut it = tokens.iter().peekable();
     if !(is_keyword(it.next(), Keyword::COPY) && is_keyword(it.peek().copied(), Keyword::INTO)) {

@@ -178,7 +178,16 @@ mod tests {
             sql: "SELECT ?".into(),
             params: params_to_ipc(&row(1)).unwrap(),
         };
-        let cases = [Handle::Sql("SELECT 1".into()), bound, Handle::Done(3)];
+        let planned = Handle::Planned {
+            id: 9,
+            statement: Box::new(Handle::Sql("SELECT 2".into())),
+        };
+        let cases = [
+            Handle::Sql("SELECT 1".into()),
+            bound,
+            Handle::Done(3),
+            planned,
+        ];
         for handle in cases {
             let bytes = codec.encode(&handle);
             assert_eq!(codec.decode(&bytes).unwrap(), handle);

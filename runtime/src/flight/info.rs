@@ -32,7 +32,7 @@ fn functions(ctx: &SessionContext, sections: &[&str]) -> Vec<String> {
     names
 }
 
-pub fn sql_info(read_only: bool) -> SqlInfoData {
+pub(super) fn sql_info(read_only: bool) -> SqlInfoData {
     let ctx = SessionContext::new();
     let mut info = SqlInfoDataBuilder::new();
     info.append(SqlInfo::FlightSqlServerName, "lake");

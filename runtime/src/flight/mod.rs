@@ -1,22 +1,29 @@
 //! Arrow Flight SQL endpoints of the query and metadata roles.
 
+mod actions;
 mod auth;
 mod bind;
 mod bounded;
 mod cancel;
 mod catalog;
+mod commands;
 mod copy;
 mod depth;
+mod fetch;
 mod handle;
 mod info;
 mod ingress;
 mod limits;
 mod plans;
+mod protocol;
 mod redact;
 mod service;
 mod sql;
+mod statement;
+mod status;
 mod surface;
 mod types;
+mod update;
 mod wire;
 
 use std::net::SocketAddr;
@@ -61,10 +68,22 @@ impl std::fmt::Debug for Tls {
     }
 }
 
+/// A TLS file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {}: {source}", path.display())]
+pub struct TlsError {
+    path: std::path::PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
 impl Tls {
-    pub fn from_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Self, String> {
+    pub fn from_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Self, TlsError> {
         let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+            std::fs::read(p).map_err(|source| TlsError {
+                path: p.to_owned(),
+                source,
+            })
         };
         Ok(Self {
             identity: tonic::transport::Identity::from_pem(read(cert)?, read(key)?),

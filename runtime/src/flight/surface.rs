@@ -23,7 +23,7 @@ use super::service::LakeFlightSql;
 
 type Inner = LakeFlightSql;
 
-pub struct LakeFlightService(pub LakeFlightSql);
+pub(super) struct LakeFlightService(pub LakeFlightSql);
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     panic

@@ -18,7 +18,7 @@ const TYPES: [(&str, XdbcDataType, Option<i32>); 11] = [
     ("TIMESTAMP", XdbcDataType::XdbcTimestamp, Some(29)),
 ];
 
-pub fn xdbc_type_info() -> XdbcTypeInfoData {
+pub(super) fn xdbc_type_info() -> XdbcTypeInfoData {
     let mut builder = XdbcTypeInfoDataBuilder::new();
     for (name, data_type, column_size) in TYPES {
         let quoted = matches!(
@@ -107,7 +107,7 @@ fn sql_type(
 
 /// `schema` with each column's SQL type name, precision and scale in its field metadata, as
 /// GetTables reports a table's columns.
-pub fn described(schema: &arrow::datatypes::Schema) -> arrow::datatypes::SchemaRef {
+pub(super) fn described(schema: &arrow::datatypes::Schema) -> arrow::datatypes::SchemaRef {
     let fields: Vec<arrow::datatypes::Field> = schema
         .fields()
         .iter()

@@ -19,7 +19,7 @@ fn wire_type(t: &DataType) -> DataType {
 }
 
 /// The wire form of a schema.
-pub fn wire_schema(schema: &Schema) -> SchemaRef {
+pub(super) fn wire_schema(schema: &Schema) -> SchemaRef {
     let fields: Vec<Field> = schema
         .fields()
         .iter()
@@ -29,7 +29,7 @@ pub fn wire_schema(schema: &Schema) -> SchemaRef {
 }
 
 /// Casts `batch` to `schema` (its wire form).
-pub fn to_wire(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+pub(super) fn to_wire(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     if batch.schema().fields() == schema.fields() {
         return RecordBatch::try_new(schema.clone(), batch.columns().to_vec());
     }

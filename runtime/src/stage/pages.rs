@@ -16,7 +16,7 @@ use thrift::protocol::TCompactInputProtocol;
 
 /// What the pages of one stage file may need once uncompressed.
 #[derive(Debug, Clone, Copy)]
-pub struct PageLimits {
+pub(super) struct PageLimits {
     /// One page (writers cut pages at about 1 MiB; a page above this is a bomb or a mistake).
     pub page_bytes: usize,
     /// The largest page of every column of a row group together: what the reader holds at once.
@@ -33,7 +33,11 @@ impl Default for PageLimits {
 }
 
 /// Checks every page header of the file `bytes` (whose footer is `metadata`) against `limits`.
-pub fn check(bytes: &[u8], metadata: &ParquetMetaData, limits: PageLimits) -> Result<(), String> {
+pub(super) fn check(
+    bytes: &[u8],
+    metadata: &ParquetMetaData,
+    limits: PageLimits,
+) -> Result<(), String> {
     for (g, group) in metadata.row_groups().iter().enumerate() {
         let mut together = 0usize;
         for (c, column) in group.columns().iter().enumerate() {

@@ -5,6 +5,7 @@ use lake_common::plan::{AuthorityPlan, AuthorityRequest, PlanFields, StorageRequ
 use lake_runtime::catalog::CatalogError;
 use lake_runtime::context::{ContextError, MetadataContext, QueryContext};
 use lake_runtime::manifest::AuthorityError;
+use lake_runtime::write::WriteError;
 use lake_testkit::{moto, unique};
 
 use crate::support::{CloudLake, REGION, batch, ids, options, schema, table};
@@ -94,7 +95,7 @@ async fn registry_rejects_duplicates_and_bad_names() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, ContextError::Catalog(CatalogError::NoSuchNamespace(_))),
+        matches!(err, WriteError::Catalog(CatalogError::NoSuchNamespace(_))),
         "{err}"
     );
     metadata
@@ -115,7 +116,7 @@ async fn registry_rejects_duplicates_and_bad_names() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, ContextError::Catalog(CatalogError::TableExists(..))),
+        matches!(err, WriteError::Catalog(CatalogError::TableExists(..))),
         "{err}"
     );
     assert_eq!(

@@ -3,9 +3,7 @@
 //! Python peer (real ADBC and raw pyarrow.flight, `hostile_suite.py`); what needs raw bytes or
 //! process control is here.
 
-use std::process::Command;
-use std::time::{Duration, Instant};
-
+use crate::support::LocalLake;
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::flight_service_client::FlightServiceClient;
@@ -13,8 +11,12 @@ use arrow_flight::sql::{CommandStatementIngest, ProstMessageExt};
 use arrow_flight::{FlightData, FlightDescriptor};
 use lake_testkit::python;
 use prost::Message;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
-use crate::support::LocalLake;
+mod limits;
+
+use limits::IMPATIENT;
 
 fn lake_sql(endpoint: &str, sql: &str) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_lake"))
@@ -199,173 +201,6 @@ fn hostile_clients_a_write_finishes_when_the_client_gives_up() {
     assert!(registered.contains("big"), "{registered}");
 }
 
-const IMPATIENT: &str = r#"
-import sys, pyarrow.flight as flight
-sys.path.insert(0, "runtime/tests/it")
-from flightsql_commands import command, pb_string
-client = flight.FlightClient(sys.argv[1])
-sql = b"CREATE TABLE sales.big AS SELECT value AS id, value * 2 AS twice FROM generate_series(1, 2000000)"
-descriptor = flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, sql)))
-try:
-    client.get_flight_info(descriptor, flight.FlightCallOptions(timeout=0.05))
-    print("finished in time")
-except flight.FlightError as e:
-    text = str(e).lower()
-    timed_out = isinstance(e, flight.FlightTimedOutError) or "deadline" in text or "timeout" in text
-    print("gave up" if timed_out else f"failed: {type(e).__name__}: {e}")
-"#;
-
-#[test]
-fn hostile_clients_sigterm_drains_and_stops() {
-    let mut lake = LocalLake::start_with(&["--shutdown-grace", "3"]);
-    sql_ok(&lake.metadata, "CREATE SCHEMA sales");
-    sql_ok(&lake.metadata, "CREATE TABLE sales.kept (id BIGINT)");
-    sql_ok(&lake.metadata, "INSERT INTO sales.kept VALUES (7)");
-    let pid = lake.child.id() as i32;
-    // SAFETY: signals a child this test owns.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = lake.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "lake local ignored SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "{status:?}");
-    // Stopped, not killed: the data is there for the next start.
-    let lake = LocalLake::start_in(lake.stop(), &[]);
-    assert_eq!(sql_ok(&lake.query, "SELECT id FROM sales.kept"), "id\n7\n");
-}
-
-const GOVERNED: &str = r#"
-import sys, time, adbc_driver_flightsql.dbapi as flightsql, adbc_driver_manager
-query = sys.argv[1]
-def run(sql):
-    with flightsql.connect(query, autocommit=True) as conn, conn.cursor() as cur:
-        cur.execute(sql)
-        return cur.fetchall()
-def refused(label, sql, code):
-    started = time.monotonic()
-    try:
-        run(sql)
-    except adbc_driver_manager.Error as e:
-        assert code in str(e), f"{label}: {e}"
-        print(f"ok {label} ({time.monotonic() - started:.1f} s)")
-        return
-    raise AssertionError(f"{label}: it ran")
-# Time: 10^10 rows of cross join; the 2 s limit stops it.
-refused("past its time limit", "SELECT count(*) FROM generate_series(1, 100000) a CROSS JOIN generate_series(1, 100000) b", "DeadlineExceeded")
-# Memory: an aggregate of three million values does not fit in 8 MiB (and cannot spill).
-refused("over its memory limit", "SELECT array_agg(value) FROM generate_series(1, 3000000)", "ResourceExhausted")
-# Concurrency: one slot; a stream held open takes it.
-holder = flightsql.connect(query, autocommit=True)
-cur = holder.cursor()
-cur.execute("SELECT * FROM generate_series(1, 100000000)")
-reader = cur.fetch_record_batch()
-reader.read_next_batch()
-refused("one query too many", "SELECT 1", "ResourceExhausted")
-# The holder never reads again: at its deadline (2 s) the slot is taken back anyway.
-time.sleep(2.5)
-assert run("SELECT 1") == [(1,)], "the unread stream kept its slot past its deadline"
-print("ok a stream its client stopped reading loses its slot at the deadline")
-cur.close(); holder.close()
-print("4 passed, 0 failed")
-"#;
-
-#[test]
-fn hostile_clients_resource_limits() {
-    let lake = LocalLake::start_with(&[
-        "--query-timeout-seconds",
-        "2",
-        "--query-memory-limit-mb",
-        "8",
-        "--max-concurrent-queries",
-        "1",
-    ]);
-    let (ok, stdout, stderr) = python(&["-c", GOVERNED, &lake.query]);
-    assert!(ok, "{stdout}{stderr}");
-    assert!(stdout.contains("4 passed, 0 failed"), "{stdout}");
-    // Still serving, and within limits a query runs as usual.
-    assert_eq!(sql_ok(&lake.query, "SELECT 41 + 1 AS n"), "n\n42\n");
-    let (ok, _, stderr) = Command::new(env!("CARGO_BIN_EXE_lake"))
-        .args([
-            "local",
-            "--data",
-            "/nonexistent-never",
-            "--max-concurrent-queries",
-            "0",
-        ])
-        .output()
-        .map(|o| {
-            (
-                o.status.success(),
-                (),
-                String::from_utf8_lossy(&o.stderr).into_owned(),
-            )
-        })
-        .unwrap();
-    assert!(!ok && stderr.contains("above 0"), "{stderr}");
-}
-
-const BIG_WRITES: &str = r#"
-import os, sys, pyarrow as pa, pyarrow.parquet as pq, adbc_driver_flightsql.dbapi as flightsql
-metadata, pid, stage = sys.argv[1], sys.argv[2], sys.argv[3]
-N = 30_000_000  # 240 MB of int64 once decoded
-def peak_mb():
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM"):
-            return int(line.split()[1]) // 1024
-zeros = pa.table({"id": pa.array([0] * N, pa.int64())})
-os.makedirs(os.path.join(stage, "in"), exist_ok=True)
-pq.write_table(zeros, os.path.join(stage, "in", "zeros.parquet"), compression="zstd", row_group_size=1_000_000)
-chunked = pa.Table.from_batches(zeros.to_batches(max_chunksize=1_000_000))
-with flightsql.connect(metadata, autocommit=True) as conn, conn.cursor() as cur:
-    cur.execute("CREATE SCHEMA s"); cur.fetchall()
-    cur.execute("CREATE TABLE s.z (id BIGINT)"); cur.fetchall()
-    for label, run in [
-        ("COPY INTO", lambda: (cur.execute("COPY INTO s.z FROM 'in/zeros.parquet'"), cur.fetchall()[0][0])[1]),
-        ("ingest append", lambda: cur.adbc_ingest("z", chunked, mode="append", db_schema_name="s")),
-        ("INSERT ... SELECT", lambda: (cur.execute("INSERT INTO s.z SELECT value * 0 FROM generate_series(1, 30000000)"), cur.fetchall()[0][0])[1]),
-        ("ingest create", lambda: cur.adbc_ingest("c", chunked, mode="create", db_schema_name="s")),
-        ("ingest replace", lambda: cur.adbc_ingest("c", chunked, mode="replace", db_schema_name="s")),
-        ("CREATE TABLE ... AS SELECT", lambda: (cur.execute("CREATE TABLE s.ctas AS SELECT value * 0 AS id FROM generate_series(1, 30000000)"), cur.fetchall()[0][0])[1]),
-    ]:
-        before = peak_mb()
-        rows = run()
-        grew = peak_mb() - before
-        print(f"{label}: {rows} rows, peak RSS +{grew} MB")
-        assert rows == N, (label, rows)
-        assert grew < 120, f"{label} held the rows in memory: peak RSS +{grew} MB for 240 MB of rows"
-    cur.execute("SELECT count(*) FROM s.z"); assert cur.fetchall() == [(3 * N,)]
-    cur.execute("SELECT count(*) FROM s.c"); assert cur.fetchall() == [(N,)]
-    cur.execute("SELECT count(*) FROM s.ctas"); assert cur.fetchall() == [(N,)]
-print("6 passed, 0 failed")
-"#;
-
-/// Writes stream into their one commit: 240 MB of rows each through COPY INTO, ADBC ingest
-/// (append, create, replace), INSERT … SELECT and CREATE TABLE … AS SELECT, with the server's
-/// peak memory growing by less than half of that.
-#[test]
-fn hostile_clients_writes_larger_than_memory_stream() {
-    let lake = LocalLake::start();
-    let stage = lake.dir.path().join("_stage");
-    let pid = lake.child.id().to_string();
-    let (ok, stdout, stderr) = python(&[
-        "-c",
-        BIG_WRITES,
-        &lake.metadata,
-        &pid,
-        stage.to_str().unwrap(),
-    ]);
-    assert!(ok, "{stdout}{stderr}");
-    assert!(stdout.contains("6 passed, 0 failed"), "{stdout}");
-    eprint!("{stdout}");
-}
-
 /// An Arrow IPC stream whose record batch's first compressed buffer declares `declared`
 /// uncompressed bytes (a stage file for COPY INTO).
 fn forged_ipc_stream(declared: i64) -> Vec<u8> {
@@ -413,103 +248,6 @@ fn hostile_clients_a_forged_stage_file_cannot_exhaust_memory() {
         sql_ok(&lake.query, "SELECT count(*) AS n FROM sales.t"),
         "n\n0\n"
     );
-}
-
-const IDLE_INGEST: &str = r#"
-import sys, threading, time, pyarrow as pa, pyarrow.flight as flight, adbc_driver_flightsql.dbapi as flightsql
-sys.path.insert(0, "runtime/tests/it")
-from flightsql_commands import command, pb_string
-meta = sys.argv[1]
-def sql(q):
-    with flightsql.connect(meta, autocommit=True) as conn, conn.cursor() as cur:
-        cur.execute(q)
-        return cur.fetchall()
-sql("CREATE SCHEMA sales"); sql("CREATE TABLE sales.t (id BIGINT)")
-# ADBC ingest, append mode (table_definition_options { if_exists: APPEND }), by hand.
-options = b"\x0a\x02\x10\x02"
-cmd = command("CommandStatementIngest", options + pb_string(2, "t") + pb_string(3, "sales"))
-schema = pa.schema([("id", pa.int64())])
-writer, reader = flight.FlightClient(meta).do_put(flight.FlightDescriptor.for_command(cmd), schema)
-writer.write_batch(pa.record_batch([pa.array([1, 2, 3])], schema=schema))
-time.sleep(0.5)  # the ingest now streams into the table, holding its lock, and sends nothing
-done = {}
-insert = threading.Thread(target=lambda: done.setdefault("rows", sql("INSERT INTO sales.t VALUES (9)")))
-started = time.monotonic()
-insert.start()
-insert.join(15)
-waited = time.monotonic() - started
-try:
-    writer.close()
-except Exception:
-    pass
-assert done.get("rows") == [(1,)], f"another write on the table was blocked for {waited:.1f} s by an idle ingest"
-print(f"ok another write went through after {waited:.1f} s")
-assert sql("SELECT id FROM sales.t") == [(9,)], "the idle ingest committed rows"
-print("ok the idle ingest committed nothing")
-print("2 passed, 0 failed")
-"#;
-
-/// A streaming ingest holds its table's lock: a client that stops sending must not block the
-/// table's other writes for longer than the endpoint's time limit.
-#[test]
-fn hostile_clients_an_idle_ingest_does_not_hold_the_table() {
-    let lake = LocalLake::start_with(&["--query-timeout-seconds", "2"]);
-    let (ok, stdout, stderr) = python(&["-c", IDLE_INGEST, &lake.metadata]);
-    assert!(ok, "{stdout}{stderr}");
-    assert!(stdout.contains("2 passed, 0 failed"), "{stdout}");
-    eprint!("{stdout}");
-}
-
-const FAILED_INGESTS: &str = r#"
-import sys, time, pyarrow as pa, pyarrow.flight as flight, adbc_driver_flightsql.dbapi as flightsql
-sys.path.insert(0, "runtime/tests/it")
-from flightsql_commands import command, pb_string
-query, meta = sys.argv[1], sys.argv[2]
-def sql(url, q):
-    with flightsql.connect(url, autocommit=True) as conn, conn.cursor() as cur:
-        cur.execute(q)
-        return cur.fetchall()
-def abandoned(options, table, schema, batch):
-    # An ingest that sends one batch, then nothing: the server stops it at its time limit.
-    cmd = command("CommandStatementIngest", options + pb_string(2, table) + pb_string(3, "s"))
-    writer, reader = flight.FlightClient(meta).do_put(flight.FlightDescriptor.for_command(cmd), schema)
-    writer.write_batch(batch)
-    time.sleep(3.5)
-    try:
-        writer.done_writing(); reader.read(); writer.close()
-    except Exception as e:
-        return e
-    return None
-sql(meta, "CREATE SCHEMA s"); sql(meta, "CREATE TABLE s.r (id BIGINT)"); sql(meta, "INSERT INTO s.r VALUES (1), (2), (3)")
-names = pa.schema([("name", pa.string())])
-failed = abandoned(b"\x0a\x02\x10\x03", "r", names, pa.record_batch([pa.array(["x"] * 1000)], schema=names))
-assert isinstance(failed, flight.FlightTimedOutError), f"the abandoned replace: {failed!r}"
-print("ok the abandoned replace failed with DEADLINE_EXCEEDED:", str(failed).splitlines()[0][:100])
-assert sql(query, "SELECT id FROM s.r ORDER BY id") == [(1,), (2,), (3,)], "the failed replace changed the rows"
-with flightsql.connect(meta, autocommit=True) as conn, conn.cursor() as cur:
-    # The registration still has the old schema: an append of BIGINT ids conforms.
-    cur.adbc_ingest("r", pa.table({"id": pa.array([4], pa.int64())}), mode="append", db_schema_name="s")
-assert sql(query, "SELECT id FROM s.r ORDER BY id") == [(1,), (2,), (3,), (4,)]
-print("ok the failed replace left the rows and the registration as they were")
-failed = abandoned(b"\x0a\x02\x08\x01", "n", names, pa.record_batch([pa.array(["x"] * 1000)], schema=names))
-assert isinstance(failed, flight.FlightTimedOutError), f"the abandoned create: {failed!r}"
-tables = [t for (t,) in sql(meta, "SELECT table_name FROM information_schema.tables WHERE table_schema = 's'")]
-assert "n" not in tables, f"the failed create left a table: {tables}"
-assert sql(meta, "CREATE TABLE s.n (x INT)") == [(0,)], "the failed create's registration was not withdrawn"
-print("ok the failed create left nothing behind")
-print("3 passed, 0 failed")
-"#;
-
-/// A streamed ingest that fails part-way (here its client goes quiet) changes nothing: a
-/// `replace` keeps the old rows and the old registration, a `create` leaves no table and no
-/// registration behind.
-#[test]
-fn hostile_clients_a_failed_streamed_ingest_changes_nothing() {
-    let lake = LocalLake::start_with(&["--query-timeout-seconds", "2"]);
-    let (ok, stdout, stderr) = python(&["-c", FAILED_INGESTS, &lake.query, &lake.metadata]);
-    assert!(ok, "{stdout}{stderr}");
-    assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
-    eprint!("{stdout}");
 }
 
 fn peak_rss_mb(pid: u32) -> u64 {

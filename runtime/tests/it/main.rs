@@ -1,6 +1,9 @@
 //! lake-runtime's integration tests: one test binary, one module per subject. Cloud tests run
 //! against the binary's moto server; Lance interoperability against pylance.
 
+// Test code: a failed unwrap is a failed test, with its message (helpers included).
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 mod authority;

@@ -21,13 +21,13 @@ use lake_runtime::provision;
 use lake_testkit::{moto, unique};
 use lance::dataset::Dataset;
 
-pub const REGION: &str = "us-east-1";
+pub(crate) const REGION: &str = "us-east-1";
 
-pub fn credentials() -> Credentials {
+pub(crate) fn credentials() -> Credentials {
     Credentials::new("testing", "testing", None, None, "lake-tests")
 }
 
-pub fn options() -> ConnectOptions {
+pub(crate) fn options() -> ConnectOptions {
     ConnectOptions {
         credentials: Some(credentials()),
         ..Default::default()
@@ -35,7 +35,7 @@ pub fn options() -> ConnectOptions {
 }
 
 /// A cloud lake on the emulator: bucket, both tables provisioned with markers.
-pub struct CloudLake {
+pub(crate) struct CloudLake {
     pub cluster: String,
     pub bucket: String,
     pub plan: AuthorityPlan,
@@ -43,7 +43,7 @@ pub struct CloudLake {
 }
 
 impl CloudLake {
-    pub async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         let moto = moto();
         let cluster = unique("uid");
         let bucket = unique("bkt");
@@ -82,27 +82,27 @@ impl CloudLake {
     }
 
     /// The metadata context of this lake.
-    pub async fn metadata(&self) -> MetadataContext {
+    pub(crate) async fn metadata(&self) -> MetadataContext {
         MetadataContext::open(&self.plan.metadata(), Some(&self.cluster), &options())
             .await
             .expect("metadata context")
     }
 
     /// The query context of this lake, built from the query plan only.
-    pub async fn query(&self) -> QueryContext {
+    pub(crate) async fn query(&self) -> QueryContext {
         QueryContext::open(&self.plan.query(), Some(&self.cluster), &options())
             .await
             .expect("query context")
     }
 
-    pub fn registry_table(&self) -> String {
+    pub(crate) fn registry_table(&self) -> String {
         match self.plan.registry() {
             RegistryStore::DynamoDb { table } => table.to_string(),
             RegistryStore::Embedded { .. } => unreachable!(),
         }
     }
 
-    pub fn manifest_table(&self) -> String {
+    pub(crate) fn manifest_table(&self) -> String {
         match self.plan.manifests() {
             ManifestStore::DynamoDb { table } => table.to_string(),
             ManifestStore::Embedded { .. } => unreachable!(),
@@ -110,7 +110,7 @@ impl CloudLake {
     }
 
     /// Storage options for pylance (`s3+ddb://`).
-    pub fn pylance_options(&self) -> serde_json::Value {
+    pub(crate) fn pylance_options(&self) -> serde_json::Value {
         let endpoint = moto().endpoint();
         serde_json::json!({
             "aws_endpoint": endpoint,
@@ -122,7 +122,7 @@ impl CloudLake {
         })
     }
 
-    pub fn pylance_uri(&self, table: &TableRef) -> String {
+    pub(crate) fn pylance_uri(&self, table: &TableRef) -> String {
         format!(
             "s3+ddb://{}/wh/{}/{}.lance?ddbTableName={}",
             self.bucket,
@@ -133,7 +133,7 @@ impl CloudLake {
     }
 
     /// Every item of the manifest table, in a stable order (for byte-for-byte comparisons).
-    pub async fn dump_manifest_table(&self) -> Vec<String> {
+    pub(crate) async fn dump_manifest_table(&self) -> Vec<String> {
         let mut rows: Vec<String> = self
             .aws
             .dynamodb()
@@ -162,7 +162,7 @@ impl CloudLake {
 
 /// Creates `table`'s namespace and the table, committing each of `commits` (rows `id` ranges) as
 /// one version: the first creates the table, the rest are appends.
-pub async fn seed(metadata: &MetadataContext, table: &TableRef, commits: &[Range<i64>]) {
+pub(crate) async fn seed(metadata: &MetadataContext, table: &TableRef, commits: &[Range<i64>]) {
     if !metadata
         .registry()
         .namespace_exists(&table.namespace)
@@ -189,21 +189,21 @@ pub async fn seed(metadata: &MetadataContext, table: &TableRef, commits: &[Range
     }
 }
 
-pub fn table(ns: &str, name: &str) -> TableRef {
+pub(crate) fn table(ns: &str, name: &str) -> TableRef {
     TableRef::new(
         NamespaceName::parse(ns).unwrap(),
         TableName::parse(name).unwrap(),
     )
 }
 
-pub fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, true),
         Field::new("name", DataType::Utf8, true),
     ]))
 }
 
-pub fn batch(ids: Range<i64>) -> RecordBatch {
+pub(crate) fn batch(ids: Range<i64>) -> RecordBatch {
     let names: Vec<String> = ids.clone().map(|i| format!("row-{i}")).collect();
     RecordBatch::try_new(
         schema(),
@@ -216,7 +216,7 @@ pub fn batch(ids: Range<i64>) -> RecordBatch {
 }
 
 /// The sorted `id` column of a dataset.
-pub async fn ids(dataset: &Dataset) -> Vec<i64> {
+pub(crate) async fn ids(dataset: &Dataset) -> Vec<i64> {
     let batch = dataset.scan().try_into_batch().await.expect("scan");
     let column = batch
         .column_by_name("id")
@@ -231,7 +231,7 @@ pub async fn ids(dataset: &Dataset) -> Vec<i64> {
 }
 
 /// `lake local` on free ports; killed when dropped.
-pub struct LocalLake {
+pub(crate) struct LocalLake {
     pub child: Child,
     pub query: String,
     pub metadata: String,
@@ -239,16 +239,16 @@ pub struct LocalLake {
 }
 
 impl LocalLake {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Self::start_with(&[])
     }
 
-    pub fn start_with(extra: &[&str]) -> Self {
+    pub(crate) fn start_with(extra: &[&str]) -> Self {
         Self::start_in(tempfile::tempdir().unwrap(), extra)
     }
 
     /// Starts on an existing data directory (e.g. after a restart).
-    pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
+    pub(crate) fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_lake"))
             .args(["local", "--data"])
             .arg(dir.path())
@@ -286,7 +286,7 @@ impl LocalLake {
 
 impl LocalLake {
     /// Stops the server and hands back its data directory.
-    pub fn stop(mut self) -> tempfile::TempDir {
+    pub(crate) fn stop(mut self) -> tempfile::TempDir {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let dir = tempfile::tempdir().unwrap();
@@ -294,7 +294,7 @@ impl LocalLake {
     }
 
     /// The server's peak resident memory so far, in bytes (Linux `VmHWM`).
-    pub fn peak_rss(&self) -> u64 {
+    pub(crate) fn peak_rss(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         let kb: u64 = status
             .lines()
@@ -314,13 +314,18 @@ impl Drop for LocalLake {
 
 /// `lake serve` for one role of `lake`, as a process with its own AWS access key id (so the
 /// emulator's request log tells the two roles apart); killed when dropped.
-pub struct Served {
+pub(crate) struct Served {
     pub child: std::process::Child,
     pub endpoint: String,
 }
 
 impl Served {
-    pub fn start(lake: &CloudLake, role: Role, access_key: &str, metadata: Option<&str>) -> Self {
+    pub(crate) fn start(
+        lake: &CloudLake,
+        role: Role,
+        access_key: &str,
+        metadata: Option<&str>,
+    ) -> Self {
         let config = RuntimeConfig::for_role(
             &lake.plan,
             role,
@@ -362,7 +367,10 @@ impl Drop for Served {
 
 /// (service, action, resource) of each recorded request signed with `access_key`: DynamoDB as
 /// (`dynamodb`, action, TableName), S3 as (`s3`, HTTP method, URL).
-pub fn requests_of(log: &[serde_json::Value], access_key: &str) -> Vec<(String, String, String)> {
+pub(crate) fn requests_of(
+    log: &[serde_json::Value],
+    access_key: &str,
+) -> Vec<(String, String, String)> {
     lake_testkit::requests_signed_by(log, access_key)
         .into_iter()
         .map(|r| (r.service, r.action, r.resource))

@@ -5,33 +5,35 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 use datafusion::sql::TableReference;
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
-use std::ops::ControlFlow;
 
 use datafusion::common::ScalarValue;
-use datafusion::sql::sqlparser::ast::{
-    Expr, FromTable, Statement, TableFactor, Value, visit_expressions_mut,
-};
+use datafusion::sql::sqlparser::ast::{FromTable, Statement, TableFactor};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use tonic::Status;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::execution::SessionStateBuilder;
-use datafusion::execution::object_store::ObjectStoreRegistry;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::dml::InsertOp;
 
-use super::cancel::YieldAboveEveryOperator;
-use super::catalog::{CATALOG, LakeCatalog};
+use super::catalog::CATALOG;
 use super::copy::CopyInto;
 use crate::catalog::{NamespaceName, TableName};
-use crate::engine::{Engine, TableRef};
+use crate::engine::TableRef;
+
+mod rewrite;
+mod session;
+#[cfg(test)]
+mod tests;
+
+use rewrite::{binary_types_as_bytea, number_placeholders};
+pub(super) use session::session;
+use session::{enumerates_the_warehouse, list_the_warehouse};
 
 /// A write, decided from SQL before anything is touched.
 #[derive(Debug)]
-pub enum Write {
+pub(super) enum Write {
     CreateSchema {
         namespace: NamespaceName,
         if_not_exists: bool,
@@ -62,7 +64,7 @@ pub enum Write {
 
 impl Write {
     /// The plan whose placeholders are this write's parameters, if it can have any.
-    pub fn parameters(&self) -> Option<&LogicalPlan> {
+    pub(super) fn parameters(&self) -> Option<&LogicalPlan> {
         match self {
             Write::Insert { rows, .. } => Some(rows),
             _ => None,
@@ -71,105 +73,13 @@ impl Write {
 }
 
 #[derive(Debug)]
-pub enum Planned {
+pub(super) enum Planned {
     Read(LogicalPlan),
     Write(Write),
 }
 
-/// DataFusion's object-store registry in lake sessions: empty, and nothing can be added.
-/// Lance tables bring their own store; DataFusion's default registry would serve `file://` to
-/// `COPY … TO`, `CREATE EXTERNAL TABLE` and every file-reading path — the whole disk.
-#[derive(Debug)]
-struct NoObjectStores;
-
-impl ObjectStoreRegistry for NoObjectStores {
-    fn register_store(
-        &self,
-        _url: &url::Url,
-        _store: Arc<dyn datafusion::object_store::ObjectStore>,
-    ) -> Option<Arc<dyn datafusion::object_store::ObjectStore>> {
-        None
-    }
-
-    fn get_store(
-        &self,
-        url: &url::Url,
-    ) -> datafusion::error::Result<Arc<dyn datafusion::object_store::ObjectStore>> {
-        Err(DataFusionError::Plan(format!(
-            "{} is outside the lake: SQL reaches only lake tables (files go through the managed stage)",
-            url.scheme()
-        )))
-    }
-}
-
-/// A DataFusion session over `engine`'s warehouse, catalog `lake`.
-pub async fn session(
-    engine: &Engine,
-    memory: Arc<dyn datafusion::execution::memory_pool::MemoryPool>,
-) -> Result<SessionContext, Status> {
-    let config = SessionConfig::new()
-        .with_default_catalog_and_schema(CATALOG, "default")
-        .with_create_default_catalog_and_schema(false)
-        .with_information_schema(true);
-    let runtime = RuntimeEnvBuilder::new()
-        .with_object_store_registry(Arc::new(NoObjectStores))
-        .with_memory_pool(memory)
-        .build_arc()
-        .map_err(status)?;
-    let state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(runtime)
-        .with_default_features()
-        .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator))
-        .build();
-    let ctx = SessionContext::new_with_state(state);
-    super::bounded::register(&ctx);
-    // Tables resolve when a statement names them; the warehouse is listed only for a
-    // statement that enumerates it (see `plan`).
-    ctx.register_catalog(CATALOG, Arc::new(LakeCatalog::unlisted(engine)));
-    Ok(ctx)
-}
-
-/// Distinct tables one statement may name: each is looked up in the manifest store while the
-/// statement is planned, so the count is what a client could make the server do for nothing.
-const MAX_TABLE_REFERENCES: usize = 256;
-
-/// Whether a statement reads `information_schema`, directly or as a `SHOW` (only such a
-/// statement needs the warehouse listed; one that cannot be resolved is listed too), after
-/// refusing a statement naming more than [`MAX_TABLE_REFERENCES`] tables.
-fn enumerates_the_warehouse(statement: &DFStatement) -> Result<bool, Status> {
-    match datafusion::sql::resolve::resolve_table_references(statement, true) {
-        Ok((tables, _)) if tables.len() > MAX_TABLE_REFERENCES => {
-            Err(Status::invalid_argument(format!(
-                "the statement names {} tables; at most {MAX_TABLE_REFERENCES}",
-                tables.len()
-            )))
-        }
-        Ok((tables, _)) => Ok(tables.iter().any(|t| {
-            t.schema() == Some(datafusion::catalog::information_schema::INFORMATION_SCHEMA)
-        })),
-        Err(_) => Ok(true),
-    }
-}
-
-/// Replaces `ctx`'s catalog with one listing the warehouse as it is now.
-async fn list_the_warehouse(ctx: &SessionContext) -> Result<(), Status> {
-    let Some(catalog) = ctx.catalog(CATALOG) else {
-        return Ok(());
-    };
-    let catalog: Arc<dyn std::any::Any + Send + Sync> = catalog;
-    let Ok(catalog) = catalog.downcast::<LakeCatalog>() else {
-        return Ok(());
-    };
-    let listed = LakeCatalog::listed(catalog.engine())
-        .await
-        .map_err(|e| Status::unavailable(format!("cannot list the warehouse: {e}")))?;
-    ctx.register_catalog(CATALOG, Arc::new(listed));
-    Ok(())
-}
-
 /// Maps DataFusion errors to the gRPC codes clients rely on.
-pub fn status(e: DataFusionError) -> Status {
+pub(super) fn status(e: DataFusionError) -> Status {
     status_of(&e)
 }
 
@@ -278,51 +188,6 @@ fn schema_name(name: &str) -> Result<NamespaceName, Status> {
     NamespaceName::parse(schema).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
-/// The SQL names of a binary column (`VARBINARY`, `BINARY`, `BLOB`, as GetXdbcTypeInfo lists it and
-/// JDBC tools write it) as the one DataFusion plans (`BYTEA`), in column definitions and casts.
-fn binary_types_as_bytea(statement: &mut DFStatement) {
-    use datafusion::sql::sqlparser::ast::DataType as SqlType;
-    fn plain(data_type: &mut SqlType) {
-        if matches!(
-            data_type,
-            SqlType::Varbinary(_) | SqlType::Binary(_) | SqlType::Blob(_)
-        ) {
-            *data_type = SqlType::Bytea;
-        }
-    }
-    let DFStatement::Statement(statement) = statement else {
-        return;
-    };
-    if let Statement::CreateTable(create) = statement.as_mut() {
-        for column in &mut create.columns {
-            plain(&mut column.data_type);
-        }
-    }
-    let _ = visit_expressions_mut(statement.as_mut(), |expr| {
-        if let Expr::Cast { data_type, .. } = expr {
-            plain(data_type);
-        }
-        ControlFlow::<()>::Continue(())
-    });
-}
-
-/// Numbers `?` placeholders `$1`, `$2`, … in order (DataFusion binds positional parameters only).
-fn number_placeholders(statement: &mut DFStatement) {
-    if let DFStatement::Statement(statement) = statement {
-        let mut next = 0;
-        let _ = visit_expressions_mut(statement.as_mut(), |expr| {
-            if let Expr::Value(v) = expr
-                && let Value::Placeholder(p) = &mut v.value
-                && p == "?"
-            {
-                next += 1;
-                *p = format!("${next}");
-            }
-            ControlFlow::<()>::Continue(())
-        });
-    }
-}
-
 fn parse_one(sql: &str) -> Result<DFStatement, Status> {
     let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -334,7 +199,7 @@ fn parse_one(sql: &str) -> Result<DFStatement, Status> {
 }
 
 /// Plans `sql` in `ctx`: a read, or a write (never executed here). `params` bind `?`/`$n`.
-pub async fn plan(
+pub(super) async fn plan(
     ctx: &SessionContext,
     sql: &str,
     params: Option<Vec<ScalarValue>>,
@@ -409,7 +274,7 @@ fn unbindable() -> Status {
 
 /// Plans `sql` with `rows` of values bound: an `INSERT`, all of whose rows are one write (one
 /// commit). Anything else binds one row at most (see [`plan`]).
-pub async fn plan_rows(
+pub(super) async fn plan_rows(
     ctx: &SessionContext,
     sql: &str,
     rows: Vec<Vec<ScalarValue>>,

@@ -1,0 +1,178 @@
+//! The runtime configuration: parsing, defaults and refusals.
+
+use super::*;
+
+#[test]
+fn limits_round_trip_and_bad_numbers_are_named() {
+    let base = [
+        (LAKE_ROLE, "query"),
+        (LAKE_WAREHOUSE, "/data/lake"),
+        (LAKE_QUERY_TIMEOUT_SECONDS, "30"),
+        (LAKE_MAX_CONCURRENT_QUERIES, "8"),
+    ];
+    let parsed = RuntimeConfig::from_vars(base).unwrap();
+    assert_eq!(parsed.config.limits.query_timeout_seconds, Some(30));
+    assert_eq!(parsed.config.limits.max_concurrent_queries, Some(8));
+    assert_eq!(parsed.config.limits.memory_mb, None);
+    assert!(parsed.unknown.is_empty());
+    let vars = parsed.config.to_vars();
+    assert_eq!(vars[LAKE_QUERY_TIMEOUT_SECONDS], "30");
+    assert!(
+        !vars.contains_key(LAKE_MEMORY_LIMIT_MB),
+        "unset limits are not rendered"
+    );
+    for bad in ["0", "-1", "lots"] {
+        let err = RuntimeConfig::from_vars([
+            (LAKE_ROLE, "query"),
+            (LAKE_WAREHOUSE, "/data/lake"),
+            (LAKE_MEMORY_LIMIT_MB, bad),
+        ])
+        .unwrap_err();
+        assert!(
+            err.to_string().contains(LAKE_MEMORY_LIMIT_MB),
+            "{bad}: {err}"
+        );
+    }
+}
+use crate::plan::{Access, AuthorityRequest, PlanFields, Provisioning};
+
+fn cloud_plan() -> AuthorityPlan {
+    AuthorityPlan::new(
+        &AuthorityRequest {
+            cluster_name: "analytics".into(),
+            storage: StorageRequest::S3 {
+                bucket: "acme-lake".into(),
+                prefix: "analytics".into(),
+                region: "eu-west-1".into(),
+                endpoint: Some("http://127.0.0.1:5000".into()),
+            },
+            registry_table: None,
+            manifest_table: None,
+            legacy_table: None,
+            dynamodb_endpoint: Some("http://127.0.0.1:5000".into()),
+        },
+        &PlanFields::SPEC,
+    )
+    .unwrap()
+}
+
+fn addr() -> SocketAddr {
+    "0.0.0.0:8815".parse().unwrap()
+}
+
+#[test]
+fn rendered_config_round_trips_for_both_roles() {
+    let plan = cloud_plan();
+    for role in [Role::Query, Role::Metadata] {
+        let mut config = RuntimeConfig::for_role(
+            &plan,
+            role,
+            Some("uid-1".into()),
+            addr(),
+            Some("grpc://metadata:8816".into()),
+        );
+        config.token_file = Some("/var/run/secrets/lake/tokens".into());
+        config.tls = Some(("/tls/tls.crt".into(), "/tls/tls.key".into()));
+        let parsed = RuntimeConfig::from_vars(config.to_vars()).unwrap();
+        assert_eq!(parsed.config, config);
+        assert!(parsed.unknown.is_empty());
+    }
+}
+
+#[test]
+fn query_config_never_names_the_registry() {
+    let plan = cloud_plan();
+    let vars =
+        RuntimeConfig::for_role(&plan, Role::Query, Some("uid-1".into()), addr(), None).to_vars();
+    assert!(!vars.contains_key(LAKE_REGISTRY_DYNAMODB_TABLE));
+    assert!(
+        vars.values().all(|v| !v.contains("analytics-registry")),
+        "{vars:?}"
+    );
+    assert_eq!(vars[LAKE_MANIFEST_DYNAMODB_TABLE], "analytics-manifests");
+
+    // And a query process handed the registry refuses to start.
+    let mut vars: Vec<(String, String)> =
+        vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    vars.push((
+        LAKE_REGISTRY_DYNAMODB_TABLE.into(),
+        "analytics-registry".into(),
+    ));
+    let errs = RuntimeConfig::from_vars(vars).unwrap_err();
+    assert_eq!(errs.0[0].fields(), [LAKE_REGISTRY_DYNAMODB_TABLE]);
+}
+
+#[test]
+fn metadata_config_rejects_aliased_tables() {
+    let errs = RuntimeConfig::from_vars([
+        (LAKE_ROLE, "metadata"),
+        (LAKE_WAREHOUSE, "s3://b-1/p"),
+        (LAKE_AWS_REGION, "us-east-1"),
+        (LAKE_CLUSTER_ID, "uid"),
+        (LAKE_REGISTRY_DYNAMODB_TABLE, "same"),
+        (LAKE_MANIFEST_DYNAMODB_TABLE, "same"),
+    ])
+    .unwrap_err();
+    assert_eq!(
+        errs.0[0].fields(),
+        [LAKE_REGISTRY_DYNAMODB_TABLE, LAKE_MANIFEST_DYNAMODB_TABLE]
+    );
+}
+
+#[test]
+fn local_config_derives_embedded_stores() {
+    let parsed = RuntimeConfig::from_vars([
+        ("LAKE_ROLE", "query"),
+        ("LAKE_WAREHOUSE", "/data/lake"),
+        ("LAKE_TYPO", "x"),
+        ("HOME", "/root"),
+    ])
+    .unwrap();
+    assert_eq!(parsed.unknown, ["LAKE_TYPO"]);
+    let RolePlan::Query(q) = &parsed.config.plan else {
+        panic!("query plan expected")
+    };
+    assert_eq!(q.stage(), "/data/lake/_stage");
+    assert_eq!(q.manifest_access(), Access::ReadOnly);
+    assert_eq!(q.provisioning(), Provisioning::Never);
+    assert_eq!(
+        q.manifests(),
+        &ManifestStore::Embedded {
+            file: "/data/lake/_lake/manifests.redb".into()
+        }
+    );
+    assert_eq!(parsed.config.flight_addr, "0.0.0.0:8815".parse().unwrap());
+}
+
+#[test]
+fn tls_needs_both_files() {
+    let errs = RuntimeConfig::from_vars([
+        (LAKE_ROLE, "query"),
+        (LAKE_WAREHOUSE, "/data"),
+        (LAKE_TLS_CERT_FILE, "/tls/tls.crt"),
+    ])
+    .unwrap_err();
+    assert_eq!(errs.0[0].fields(), [LAKE_TLS_KEY_FILE]);
+}
+
+#[test]
+fn every_problem_is_reported_with_its_variable() {
+    let errs = RuntimeConfig::from_vars([
+        ("LAKE_ROLE", "writer"),
+        ("LAKE_WAREHOUSE", "s3://Bad_Bucket/p"),
+        ("LAKE_FLIGHT_ADDR", "nowhere"),
+    ])
+    .unwrap_err();
+    let fields: Vec<&str> = errs.iter().flat_map(|e| e.fields()).collect();
+    assert_eq!(
+        fields,
+        [
+            LAKE_ROLE,
+            LAKE_WAREHOUSE,
+            LAKE_AWS_REGION,
+            LAKE_MANIFEST_DYNAMODB_TABLE,
+            LAKE_CLUSTER_ID,
+            LAKE_FLIGHT_ADDR
+        ]
+    );
+}

@@ -1,0 +1,280 @@
+//! validate: a `LakeCluster` → a [`ValidatedCluster`], or every error in the spec. Pure: no client.
+
+use lake_common::plan::{
+    AuthorityPlan, AuthorityRequest, PlanError, PlanErrors, PlanFields, StorageRequest,
+};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use serde::Serialize;
+
+use crate::crd::{Approval, DeletionPolicy, LakeCluster, ServiceType, TlsMode};
+
+mod local;
+mod names;
+#[cfg(test)]
+mod tests;
+
+use local::check_local;
+use names::is_dns_label;
+
+/// The spec, checked and with every default filled in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidatedCluster {
+    pub name: String,
+    pub namespace: String,
+    /// The LakeCluster's uid, which markers carry; unknown until the API server assigns it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    pub authority: AuthorityPlan,
+    pub query: QueryWorkload,
+    pub metadata: MetadataWorkload,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iam: Option<IamRoles>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration: Option<Migration>,
+    pub deletion_policy: DeletionPolicy,
+    /// `spec.tables.deleteAdopted`: deletion also removes tables this cluster adopted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub delete_adopted_tables: bool,
+    pub paused: bool,
+    pub tls: TlsMode,
+    /// The PersistentVolumeClaim of a local (development) lake; `None` on S3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_volume: Option<LocalVolume>,
+}
+
+/// The claim a local lake's one pod keeps its directory on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalVolume {
+    pub size: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Query pods when `spec.query.replicas` is unset (S3; a local lake has exactly one pod).
+const DEFAULT_QUERY_REPLICAS: i32 = 2;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueryWorkload {
+    pub replicas: i32,
+    pub image: String,
+    pub service_type: ServiceType,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub service_annotations: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetadataWorkload {
+    pub image: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Namespaces whose pods may reach metadata, besides the query pods.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub client_namespaces: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IamRoles {
+    pub query_role: String,
+    pub metadata_role: String,
+    pub manage: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Migration {
+    pub source_table: String,
+    pub approval: Approval,
+}
+
+/// The namespace a LakeCluster without one (e.g. a file given to `render`) is planned for.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
+    let spec = &cluster.spec;
+    let mut errors = Vec::new();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let namespace = cluster
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+
+    let storage = match (&spec.storage.s3, &spec.storage.local) {
+        (Some(s3), None) => Some(StorageRequest::S3 {
+            bucket: s3.bucket.clone(),
+            prefix: s3.prefix.clone(),
+            region: s3.region.clone(),
+            endpoint: s3.endpoint.clone(),
+        }),
+        (None, Some(local)) => Some(StorageRequest::Local {
+            path: local.path.clone(),
+        }),
+        (Some(_), Some(_)) => {
+            errors.push(PlanError::NotAllowed {
+                field: "spec.storage".into(),
+                reason: "set exactly one of spec.storage.s3 or spec.storage.local, not both".into(),
+            });
+            None
+        }
+        (None, None) => {
+            errors.push(PlanError::Missing {
+                field: "spec.storage".into(),
+                reason: "set exactly one of spec.storage.s3 or spec.storage.local".into(),
+            });
+            None
+        }
+    };
+
+    let authority = storage.and_then(|storage| {
+        let request = AuthorityRequest {
+            // Default table names carry the namespace: two clusters of one name in two
+            // namespaces must not default to the same tables.
+            // `.` cannot appear in a namespace, so `<namespace>.<name>` is unambiguous
+            // (`team`/`a-x` and `team-a`/`x` would share `team-a-x`).
+            cluster_name: if name.is_empty() {
+                String::new()
+            } else {
+                format!("{namespace}.{name}")
+            },
+            storage,
+            registry_table: spec.tables.registry.clone(),
+            manifest_table: spec.tables.manifest.clone(),
+            legacy_table: spec.migration.as_ref().map(|m| m.source_table.clone()),
+            dynamodb_endpoint: None,
+        };
+        AuthorityPlan::new(&request, &PlanFields::SPEC)
+            .map_err(|e| errors.extend(e.0))
+            .ok()
+    });
+
+    for (i, namespace) in spec.metadata.client_namespaces.iter().enumerate() {
+        if !is_dns_label(namespace) {
+            errors.push(PlanError::InvalidField {
+                field: format!("spec.metadata.clientNamespaces[{i}]"),
+                value: namespace.clone(),
+                reason: "must be a namespace name: 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit".into(),
+            });
+        }
+    }
+    if let Some(replicas) = spec.query.replicas.filter(|r| *r < 1) {
+        errors.push(PlanError::InvalidField {
+            field: "spec.query.replicas".into(),
+            value: replicas.to_string(),
+            reason: "must be at least 1: a lake without a query replica serves no reads".into(),
+        });
+    }
+    check_local(spec, &mut errors);
+    for (field, image) in [
+        ("spec.query.image", &spec.query.image),
+        ("spec.metadata.image", &spec.metadata.image),
+    ] {
+        if image.trim().is_empty() {
+            errors.push(PlanError::Missing {
+                field: field.into(),
+                reason: "the container image the workload runs".into(),
+            });
+        }
+    }
+    if let Some(iam) = &spec.iam {
+        for (field, role) in [
+            ("spec.iam.queryRole", &iam.query_role),
+            ("spec.iam.metadataRole", &iam.metadata_role),
+        ] {
+            if role.trim().is_empty() {
+                errors.push(PlanError::Missing {
+                    field: field.into(),
+                    reason: "an IAM role name or ARN".into(),
+                });
+            }
+        }
+        for (field, role) in [
+            ("spec.iam.queryRole", &iam.query_role),
+            ("spec.iam.metadataRole", &iam.metadata_role),
+        ] {
+            if !role.trim().is_empty()
+                && let Err(reason) = crate::plan::iam::check_role(role)
+            {
+                errors.push(PlanError::InvalidField {
+                    field: field.into(),
+                    value: role.clone(),
+                    reason,
+                });
+            }
+        }
+        // IAM role names are case-insensitive, and a role may be given by name or by ARN.
+        let same_role = crate::plan::iam::role_name(&iam.query_role)
+            .eq_ignore_ascii_case(crate::plan::iam::role_name(&iam.metadata_role));
+        if !iam.query_role.trim().is_empty() && same_role {
+            errors.push(PlanError::InvalidField {
+                field: "spec.iam.queryRole".into(),
+                value: iam.query_role.clone(),
+                reason: format!(
+                    "names the same IAM role as spec.iam.metadataRole ({:?}; role names are \
+                     case-insensitive, given by name or ARN); query must run as its own \
+                     read-only role",
+                    iam.metadata_role
+                ),
+            });
+        }
+    }
+
+    match authority {
+        Some(authority) if errors.is_empty() => Ok(ValidatedCluster {
+            name,
+            namespace,
+            uid: cluster.metadata.uid.clone(),
+            authority,
+            query: QueryWorkload {
+                replicas: match spec.storage.local {
+                    Some(_) => 1,
+                    None => spec.query.replicas.unwrap_or(DEFAULT_QUERY_REPLICAS),
+                },
+                image: spec.query.image.clone(),
+                service_type: spec
+                    .query
+                    .service
+                    .as_ref()
+                    .map(|s| s.type_)
+                    .unwrap_or_default(),
+                service_annotations: spec
+                    .query
+                    .service
+                    .as_ref()
+                    .map(|s| s.annotations.clone())
+                    .unwrap_or_default(),
+                resources: spec.query.resources.clone(),
+            },
+            metadata: MetadataWorkload {
+                image: spec.metadata.image.clone(),
+                resources: spec.metadata.resources.clone(),
+                client_namespaces: spec.metadata.client_namespaces.clone(),
+            },
+            iam: spec.iam.as_ref().map(|iam| IamRoles {
+                query_role: iam.query_role.clone(),
+                metadata_role: iam.metadata_role.clone(),
+                manage: iam.manage,
+            }),
+            migration: spec.migration.as_ref().map(|m| Migration {
+                source_table: m.source_table.clone(),
+                approval: m.approval,
+            }),
+            deletion_policy: spec.deletion_policy,
+            delete_adopted_tables: spec.tables.delete_adopted,
+            paused: spec.paused,
+            tls: spec.tls,
+            local_volume: spec.storage.local.as_ref().map(|local| LocalVolume {
+                size: local.size.clone(),
+                storage_class_name: local.storage_class_name.clone(),
+            }),
+        }),
+        _ => Err(PlanErrors(errors)),
+    }
+}

@@ -1,0 +1,194 @@
+//! The spec checks, field by field.
+
+use super::*;
+
+fn cluster(namespace: &str, query_role: &str, metadata_role: &str) -> LakeCluster {
+    serde_yaml::from_str(&format!(
+        r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: analytics, namespace: {namespace}}}
+spec:
+  storage: {{s3: {{bucket: acme-lake, prefix: wh, region: eu-west-1}}}}
+  iam: {{queryRole: "{query_role}", metadataRole: "{metadata_role}"}}
+  query: {{image: lake:1}}
+  metadata: {{image: lake:1}}
+"#
+    ))
+    .unwrap()
+}
+
+fn tables(c: &ValidatedCluster) -> (String, String) {
+    match (c.authority.registry(), c.authority.manifests()) {
+        (
+            lake_common::plan::RegistryStore::DynamoDb { table: r },
+            lake_common::plan::ManifestStore::DynamoDb { table: m },
+        ) => (r.to_string(), m.to_string()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn same_name_in_two_namespaces_defaults_to_different_tables() {
+    let a = validate(&cluster("team-a", "q", "m")).unwrap();
+    let b = validate(&cluster("team-b", "q", "m")).unwrap();
+    assert_eq!(
+        tables(&a),
+        (
+            "team-a.analytics-registry".into(),
+            "team-a.analytics-manifests".into()
+        )
+    );
+    assert_ne!(tables(&a), tables(&b));
+    // `-` may be in both parts, `.` in neither namespace: team/a-x and team-a/x differ.
+    let mut c = cluster("team", "q", "m");
+    c.metadata.name = Some("a-x".into());
+    let mut d = cluster("team-a", "q", "m");
+    d.metadata.name = Some("x".into());
+    assert_ne!(
+        tables(&validate(&c).unwrap()),
+        tables(&validate(&d).unwrap())
+    );
+}
+
+#[test]
+fn one_role_by_name_arn_or_case_is_refused() {
+    for (q, m) in [
+        ("lake", "lake"),
+        ("lake", "arn:aws:iam::123456789012:role/lake"),
+        ("arn:aws:iam::123456789012:role/team/Lake", "LAKE"),
+    ] {
+        let errors = validate(&cluster("data", q, m)).unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.to_string().contains("spec.iam.queryRole")),
+            "{q} / {m}: {errors:?}"
+        );
+    }
+    assert!(validate(&cluster("data", "lake-query", "lake-metadata")).is_ok());
+}
+
+#[test]
+fn role_arns_name_one_account_and_a_valid_role() {
+    for bad in [
+        "arn:aws:iam::*:role/lake-query",
+        "arn:aws:iam::12345:role/lake-query",
+        "arn:aws:iam::123456789012:user/lake-query",
+        "arn:aws:iam::123456789012:role/",
+        "arn:evil:iam::123456789012:role/lake-query",
+        "lake/query",
+        "lake query",
+    ] {
+        let errors = validate(&cluster("data", bad, "lake-metadata")).unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.to_string().contains("spec.iam.queryRole")),
+            "{bad}: {errors:?}"
+        );
+    }
+    let arn = "arn:aws:iam::123456789012:role/team/lake-query";
+    assert!(validate(&cluster("data", arn, "lake-metadata")).is_ok());
+}
+
+fn local(extra_query: &str, local_extra: &str) -> LakeCluster {
+    serde_yaml::from_str(&format!(
+        r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: dev, namespace: data}}
+spec:
+  storage: {{local: {{path: /var/lib/lake{local_extra}}}}}
+  query: {{image: lake:1{extra_query}}}
+  metadata: {{image: lake:1}}
+"#
+    ))
+    .unwrap()
+}
+
+fn fields(errors: &PlanErrors) -> Vec<String> {
+    errors
+        .iter()
+        .map(|e| {
+            e.to_string()
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn a_local_lake_is_one_pod_with_a_claim() {
+    let ok = validate(&local("", "")).unwrap();
+    assert_eq!(ok.query.replicas, 1, "one pod serves both roles");
+    assert_eq!(
+        ok.local_volume,
+        Some(LocalVolume {
+            size: "1Gi".into(),
+            storage_class_name: None
+        })
+    );
+    assert!(
+        validate(&local(
+            ", replicas: 1",
+            ", size: 1.5Gi, storageClassName: fast"
+        ))
+        .is_ok()
+    );
+    let s3 = validate(&cluster("data", "q", "m")).unwrap();
+    assert_eq!(s3.query.replicas, 2, "the default on S3");
+    assert_eq!(s3.local_volume, None);
+}
+
+#[test]
+fn what_one_local_pod_cannot_honour_is_refused_by_field() {
+    for (query, storage, field) in [
+        (", replicas: 2", "", "spec.query.replicas"),
+        (", resources: {}", "", "spec.query.resources"),
+        ("", ", size: 10", "ok"),
+        ("", ", size: 0Gi", "spec.storage.local.size"),
+        ("", ", size: 1GB", "spec.storage.local.size"),
+        ("", ", size: '-1Gi'", "spec.storage.local.size"),
+        ("", ", size: 1.Gi", "spec.storage.local.size"),
+        (
+            "",
+            ", storageClassName: Fast_SSD",
+            "spec.storage.local.storageClassName",
+        ),
+    ] {
+        let result = validate(&local(query, storage));
+        match field {
+            "ok" => assert!(result.is_ok(), "{query}{storage}: {result:?}"),
+            _ => {
+                let errors = result.expect_err(field);
+                assert!(
+                    fields(&errors).iter().any(|f| f.contains(field)),
+                    "{errors:?}"
+                );
+            }
+        }
+    }
+    for path in ["/", "/tmp/lake", "/var/run/secrets/lake"] {
+        let mut over = local("", "");
+        over.spec.storage.local.as_mut().unwrap().path = path.into();
+        let errors = validate(&over).unwrap_err();
+        assert!(
+            fields(&errors)
+                .iter()
+                .any(|f| f.contains("spec.storage.local.path")),
+            "{path}: {errors:?}"
+        );
+    }
+    let mut other_image = local("", "");
+    other_image.spec.query.image = "lake:2".into();
+    let errors = validate(&other_image).unwrap_err();
+    assert!(
+        fields(&errors)
+            .iter()
+            .any(|f| f.contains("spec.query.image")),
+        "{errors:?}"
+    );
+}

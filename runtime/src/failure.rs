@@ -1,0 +1,60 @@
+//! Why a `lake` command failed (the binary's errors): each keeps the error that caused it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use lake_runtime::flight;
+
+/// Why a command failed: each keeps the error that caused it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Failure {
+    #[error("invalid LAKE_* configuration: {0}")]
+    Config(#[source] lake_common::plan::PlanErrors),
+    #[error("{0} (or its lake local flag) must be a whole number above 0")]
+    NotPositive(&'static str),
+    #[error(
+        "lake local --token-file is gone (one token set let a read token write): give each \
+         endpoint its own with --query-token-file and --metadata-token-file"
+    )]
+    OneTokenFile,
+    #[error(
+        "a token is in both --query-token-file and --metadata-token-file: a query token must \
+         never be valid for writes"
+    )]
+    SharedToken,
+    #[error(transparent)]
+    Tokens(#[from] flight::TokenFileError),
+    #[error(transparent)]
+    Tls(#[from] flight::TlsError),
+    #[error("cannot read the CA certificate: {0}")]
+    Ca(#[source] std::io::Error),
+    #[error("cannot {action} {}: {source}", path.display())]
+    DataDir {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Context(#[from] lake_runtime::context::ContextError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("serving failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    #[error("{0} selftest checks failed")]
+    Selftest(usize),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Sql(#[from] lake_runtime::sql_client::SqlClientError),
+    #[error(transparent)]
+    Client(#[from] lake_client::ClientError),
+}
+
+pub(crate) fn listen(addr: SocketAddr) -> impl FnOnce(std::io::Error) -> Failure {
+    move |source| Failure::Listen { addr, source }
+}

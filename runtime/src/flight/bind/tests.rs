@@ -1,0 +1,194 @@
+//! Binding parameters: schemas, rows, limits.
+
+use super::*;
+use datafusion::prelude::SessionContext;
+
+async fn insert_input(sql: &str) -> LogicalPlan {
+    let ctx = SessionContext::new();
+    ctx.sql("CREATE TABLE t (id BIGINT, name VARCHAR)")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+    match plan {
+        LogicalPlan::Dml(dml) => dml.input.as_ref().clone(),
+        other => panic!("not an insert: {other}"),
+    }
+}
+
+fn row(id: i64, name: Option<&str>) -> Vec<ScalarValue> {
+    vec![
+        ScalarValue::Int64(Some(id)),
+        ScalarValue::Utf8(name.map(str::to_owned)),
+    ]
+}
+
+#[tokio::test]
+async fn an_insert_values_advertises_its_columns_types() {
+    let input = insert_input("INSERT INTO t VALUES ($1, $2)").await;
+    let schema = parameter_schema(&input).unwrap().unwrap();
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().clone()))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("$1".to_owned(), DataType::Int64),
+            ("$2".to_owned(), DataType::Utf8)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn many_rows_bind_into_one_values_plan() {
+    let input = insert_input("INSERT INTO t VALUES ($1, $2)").await;
+    let rows: Vec<_> = (0..3).map(|i| row(i, Some("x"))).collect();
+    let bound = bind_rows(input, &rows).unwrap();
+    assert!(bound.get_parameter_types().unwrap().is_empty());
+    let mut values = None;
+    bound
+        .apply(|node| {
+            if let LogicalPlan::Values(v) = node {
+                values = Some(v.values.len());
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+    assert_eq!(values, Some(3), "{bound}");
+}
+
+#[tokio::test]
+async fn values_are_cast_to_the_columns_types_and_nulls_kept() {
+    let input = insert_input("INSERT INTO t VALUES ($1, $2)").await;
+    let rows = vec![vec![ScalarValue::Int32(Some(7)), ScalarValue::Utf8(None)]];
+    let bound = bind_rows(input, &rows).unwrap();
+    let text = format!("{}", bound.display_indent());
+    assert!(text.contains("Int64(7)"), "{text}");
+    let short = bind_rows(
+        insert_input("INSERT INTO t VALUES ($1, $2)").await,
+        &[vec![ScalarValue::Int64(Some(1))]],
+    );
+    assert!(
+        short
+            .unwrap_err()
+            .message()
+            .contains("2 parameters and a row binds 1")
+    );
+    let uncastable = bind_rows(
+        insert_input("INSERT INTO t VALUES ($1, $2)").await,
+        &[vec![
+            ScalarValue::Utf8(Some("x".into())),
+            ScalarValue::Utf8(None),
+        ]],
+    );
+    assert!(
+        uncastable
+            .unwrap_err()
+            .message()
+            .contains("cannot be a Int64")
+    );
+}
+
+#[tokio::test]
+async fn an_insert_select_binds_row_by_row_up_to_its_limit() {
+    let input = insert_input("INSERT INTO t SELECT $1, $2 WHERE $1 > 0").await;
+    let rows: Vec<_> = (1..=2).map(|i| row(i, None)).collect();
+    let bound = bind_rows(input.clone(), &rows).unwrap();
+    assert!(bound.get_parameter_types().unwrap().is_empty());
+    let many: Vec<_> = (0..=MAX_SELECT_ROWS as i64).map(|i| row(i, None)).collect();
+    // (each row's plan binds $1 and $2)
+    assert!(
+        bind_rows(input, &many)
+            .unwrap_err()
+            .message()
+            .contains("at most")
+    );
+}
+
+#[tokio::test]
+async fn a_values_under_anything_but_projections_is_bound_row_by_row() {
+    // Widening this VALUES to three equal rows would make DISTINCT insert one of them.
+    let input =
+        insert_input("INSERT INTO t SELECT DISTINCT x, y FROM (VALUES ($1, $2)) AS v(x, y)").await;
+    let rows: Vec<_> = (1..=3).map(|_| row(1, Some("same"))).collect();
+    let bound = bind_rows(input, &rows).unwrap();
+    let mut unions = 0;
+    bound
+        .apply(|node| {
+            if let LogicalPlan::Union(u) = node {
+                unions += u.inputs.len();
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+    assert!(unions >= 2, "not bound row by row: {bound}");
+}
+
+#[tokio::test]
+async fn a_row_must_bind_exactly_the_parameters() {
+    let input = insert_input("INSERT INTO t VALUES ($1, $2)").await;
+    let extra = vec![
+        ScalarValue::Int64(Some(1)),
+        ScalarValue::Utf8(None),
+        ScalarValue::Int64(Some(9)),
+    ];
+    let refused = bind_rows(input, &[extra]).unwrap_err();
+    assert!(
+        refused.message().contains("2 parameters and a row binds 3"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn rows_of_refuses_what_would_expand() {
+    use arrow::array::{ArrayRef, DictionaryArray, Int64Array, StringArray};
+    use arrow::datatypes::Int32Type;
+    let keys = arrow::array::Int32Array::from(vec![0; 10]);
+    let dictionary: ArrayRef = std::sync::Arc::new(
+        DictionaryArray::<Int32Type>::try_new(
+            keys,
+            std::sync::Arc::new(StringArray::from(vec!["x"])),
+        )
+        .unwrap(),
+    );
+    let batch = RecordBatch::try_from_iter([("$1", dictionary)]).unwrap();
+    assert!(
+        rows_of(&[batch])
+            .unwrap_err()
+            .message()
+            .contains("bind plain values")
+    );
+    let empty = RecordBatch::try_new_with_options(
+        std::sync::Arc::new(Schema::empty()),
+        vec![],
+        &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(5)),
+    )
+    .unwrap();
+    assert!(
+        rows_of(&[empty])
+            .unwrap_err()
+            .message()
+            .contains("no values")
+    );
+    let many: ArrayRef = std::sync::Arc::new(Int64Array::from(vec![1; MAX_BOUND_VALUES + 1]));
+    let batch = RecordBatch::try_from_iter([("$1", many)]).unwrap();
+    assert!(
+        rows_of(&[batch])
+            .unwrap_err()
+            .message()
+            .contains("send fewer rows")
+    );
+}
+
+#[tokio::test]
+async fn rows_without_parameters_or_parameters_without_rows_are_refused() {
+    let plain = insert_input("INSERT INTO t VALUES (1, 'a')").await;
+    assert!(bind_rows(plain.clone(), &[]).is_ok());
+    assert!(bind_rows(plain, &[row(1, None)]).is_err());
+    let with = insert_input("INSERT INTO t VALUES ($1, $2)").await;
+    assert!(bind_rows(with, &[]).is_err());
+}

@@ -1,0 +1,163 @@
+//! DoGet: a statement's rows streamed to the client — under the endpoint's admission slot and
+//! deadline, cancellable, each batch cast to its wire schema — or a write's affected rows.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use datafusion::logical_expr::LogicalPlan;
+use futures::{Stream, StreamExt, TryStreamExt, stream};
+use tonic::{Response, Status};
+
+use super::handle::Handle;
+use super::plans::PlanCache;
+use super::service::LakeFlightSql;
+use super::sql;
+use super::statement::rows_schema;
+use super::wire::{to_wire, wire_schema};
+
+/// The most bytes of one FlightData message.
+const MAX_FLIGHT_DATA: usize = 2 * 1024 * 1024;
+
+pub(super) type DoGetStream =
+    Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
+
+type FlightBatches = futures::stream::BoxStream<'static, Result<RecordBatch, FlightError>>;
+
+impl LakeFlightSql {
+    /// The rows of the statement `handle` names.
+    pub(super) async fn fetch(&self, handle: &[u8]) -> Result<Response<DoGetStream>, Status> {
+        match self.handles.decode(handle)? {
+            Handle::Done(rows) => {
+                let schema = rows_schema();
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(arrow::array::Int64Array::from(vec![rows]))],
+                )
+                .map_err(|e| Status::internal(e.to_string()))?;
+                Ok(single(Ok(batch), schema))
+            }
+            handle => self.fetch_read(handle).await,
+        }
+    }
+
+    async fn fetch_read(&self, handle: Handle) -> Result<Response<DoGetStream>, Status> {
+        // The plan GetFlightInfo made, or (redeemed before, expired, another process) the
+        // statement planned again. A planned statement is registered as running from here on,
+        // so a CancelFlightInfo while it plans or executes still stops it.
+        let (kept, run) = match &handle {
+            Handle::Planned { id, .. } => {
+                let (kept, run) = self.plans.start(*id)?;
+                (kept, Some(run))
+            }
+            _ => (None, None),
+        };
+        let (ctx, plan) = match kept {
+            Some(kept) => kept,
+            None => self.plan_read(handle).await?,
+        };
+        let unbound = plan.get_parameter_fields().map_err(sql::status)?;
+        if !unbound.is_empty() {
+            let mut names: Vec<&String> = unbound.keys().collect();
+            names.sort();
+            return Err(Status::invalid_argument(format!(
+                "the statement has parameters {names:?} and none were bound: bind one row of \
+                 values (a prepared statement's DoPut)"
+            )));
+        }
+        // A slot among the endpoint's running queries, held by the stream.
+        let slot = self.governor.admit()?;
+        let deadline = self.governor.limits.query_timeout;
+        let schema = wire_schema(plan.schema().as_arrow());
+        // EXPLAIN's text names table locations: the server's paths are hidden in it.
+        let explain = matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_));
+        let redactor = self.redactor().clone();
+        let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
+        // Dropping the response stream drops this DataFusion stream: the work stops.
+        let batches = frame.execute_stream().await.map_err(sql::status)?;
+        let target = schema.clone();
+        let wire = batches
+            // The gRPC code of what failed (RESOURCE_EXHAUSTED, …), not INTERNAL.
+            .map_err(|e| FlightError::Tonic(Box::new(sql::status(e))))
+            .and_then(move |batch| {
+                let target = target.clone();
+                let batch = if explain {
+                    redactor.batch(batch)
+                } else {
+                    batch
+                };
+                async move { to_wire(batch, &target).map_err(FlightError::from) }
+            })
+            .boxed();
+        let wire = match run {
+            Some(run) => PlanCache::cancellable(run, wire),
+            None => wire,
+        };
+        let wire = with_deadline(wire, deadline, slot);
+        Ok(Response::new(encode(schema, wire)))
+    }
+}
+
+/// `stream`, ended with DEADLINE_EXCEEDED once `limit` has passed (dropping it stops the
+/// query's work); `slot` is released when the stream ends or is dropped.
+fn with_deadline(
+    stream: FlightBatches,
+    limit: std::time::Duration,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) -> FlightBatches {
+    let deadline = tokio::time::Instant::now() + limit;
+    // The slot is released at the deadline even if the client never reads again (the stream
+    // is only polled when it does): a watchdog takes it back.
+    let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
+    let watchdog = {
+        let slot = slot.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        })
+    };
+    let guard = AbortOnDrop(watchdog);
+    stream::unfold(Some((stream, (slot, guard))), move |state| async move {
+        let (mut stream, slot) = state?;
+        tokio::select! {
+            item = stream.next() => item.map(|item| (item, Some((stream, slot)))),
+            () = tokio::time::sleep_until(deadline) => Some((
+                Err(FlightError::Tonic(Box::new(Status::deadline_exceeded(format!(
+                    "the query ran past its {} s limit (LAKE_QUERY_TIMEOUT_SECONDS) and was stopped",
+                    limit.as_secs()
+                ))))),
+                None,
+            )),
+        }
+    })
+    .boxed()
+}
+
+/// Aborts a task when dropped (the stream ended or was dropped before its deadline).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn encode(schema: SchemaRef, batches: FlightBatches) -> DoGetStream {
+    FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .with_max_flight_data_size(MAX_FLIGHT_DATA)
+        .build(batches)
+        .map_err(Status::from)
+        .boxed()
+}
+
+/// One batch (or the error building it) as a DoGet response.
+pub(super) fn single(
+    batch: Result<RecordBatch, FlightError>,
+    schema: SchemaRef,
+) -> Response<DoGetStream> {
+    Response::new(encode(schema, stream::iter([batch]).boxed()))
+}

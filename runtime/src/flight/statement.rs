@@ -1,0 +1,193 @@
+//! Statements and prepared statements: planned for GetFlightInfo (a write runs there, on
+//! metadata), described for GetSchema and CreatePreparedStatement, bound by a prepared query's
+//! DoPut. The plan a read's GetFlightInfo made is kept for its DoGet (`fetch.rs`).
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::server::PeekableFlightDataStream;
+use arrow_flight::sql::{
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
+    CommandPreparedStatementQuery, ProstMessageExt, TicketStatementQuery,
+};
+use arrow_flight::{
+    FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, SchemaResult, Ticket,
+};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use prost::Message;
+use tonic::{Request, Status};
+
+use super::handle::{Handle, MAX_PARAMS_BYTES, params_to_ipc};
+use super::service::LakeFlightSql;
+use super::sql::{self, Planned};
+use super::wire::wire_schema;
+
+/// The result schema of a write: the rows it affected.
+pub(super) fn rows_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "rows",
+        DataType::Int64,
+        false,
+    )]))
+}
+
+impl LakeFlightSql {
+    /// Plans `sql`; writes are executed (metadata) or refused (query) right here.
+    pub(super) async fn statement_info(
+        &self,
+        handle: Handle,
+        descriptor: FlightDescriptor,
+    ) -> Result<FlightInfo, Status> {
+        let ctx = self.session().await?;
+        let (sql, params) = handle.clone().statement()?;
+        let (schema, handle) = match sql::plan(&ctx, &sql, params).await? {
+            Planned::Read(plan) => {
+                let schema = wire_schema(plan.schema().as_arrow());
+                let id = self.plans.put(ctx.clone(), plan);
+                let statement = Box::new(handle);
+                (schema, Handle::Planned { id, statement })
+            }
+            Planned::Write(write) => (rows_schema(), Handle::Done(self.write(&ctx, write).await?)),
+        };
+        let ticket = TicketStatementQuery {
+            statement_handle: self.handles.encode(&handle).into(),
+        };
+        let endpoint =
+            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+        FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))
+            .map(|info| info.with_endpoint(endpoint).with_descriptor(descriptor))
+    }
+
+    /// The schema GetFlightInfo would report for a query, without executing anything: a write
+    /// is neither run nor (on query) allowed, so GetSchema can never change the lake.
+    async fn statement_schema(&self, handle: Handle) -> Result<SchemaRef, Status> {
+        let ctx = self.session().await?;
+        let (sql, params) = handle.statement()?;
+        match sql::plan(&ctx, &sql, params).await? {
+            Planned::Read(plan) => Ok(wire_schema(plan.schema().as_arrow())),
+            Planned::Write(_) => self.writer().map(|_| rows_schema()),
+        }
+    }
+
+    /// GetSchema: the schema of a statement or prepared statement (planned, not run), or of a
+    /// catalog command (the same schema its FlightInfo carries).
+    pub(super) async fn schema(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<SchemaResult, Status> {
+        use arrow_flight::sql::{Any, Command};
+        let any = Any::decode(&*request.get_ref().cmd).map_err(|e| {
+            Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}"))
+        })?;
+        let command = Command::try_from(any).map_err(|e| {
+            Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}"))
+        })?;
+        let schema = match command {
+            Command::CommandStatementQuery(query) => {
+                self.statement_schema(Handle::Sql(query.query)).await?
+            }
+            Command::CommandPreparedStatementQuery(query) => {
+                self.statement_schema(self.handles.decode(&query.prepared_statement_handle)?)
+                    .await?
+            }
+            Command::CommandGetCatalogs(_)
+            | Command::CommandGetDbSchemas(_)
+            | Command::CommandGetTables(_)
+            | Command::CommandGetTableTypes(_)
+            | Command::CommandGetSqlInfo(_)
+            | Command::CommandGetPrimaryKeys(_)
+            | Command::CommandGetXdbcTypeInfo(_) => {
+                let info = FlightService::get_flight_info(self, request)
+                    .await?
+                    .into_inner();
+                return Ok(SchemaResult {
+                    schema: info.schema,
+                });
+            }
+            other => {
+                return Err(Status::unimplemented(format!(
+                    "GetSchema is not supported for {}",
+                    other.type_url()
+                )));
+            }
+        };
+        SchemaResult::try_from(SchemaAsIpc::new(&schema, &Default::default()))
+            .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))
+    }
+
+    /// A statement handle's read, planned in a new session; a write is refused (it ran when
+    /// GetFlightInfo planned it).
+    pub(super) async fn plan_read(
+        &self,
+        handle: Handle,
+    ) -> Result<(SessionContext, LogicalPlan), Status> {
+        let (sql, params) = handle.statement()?;
+        let ctx = self.session().await?;
+        match sql::plan(&ctx, &sql, params).await? {
+            Planned::Read(plan) => Ok((ctx, plan)),
+            Planned::Write(_) => Err(Status::invalid_argument(
+                "a write cannot be fetched; it ran when planned",
+            )),
+        }
+    }
+
+    /// Plans the statement to describe it: a query's result schema, or an empty one for a write
+    /// (JDBC tells updates from queries by it), and the parameters' types.
+    pub(super) async fn prepare(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let ctx = self.session().await?;
+        let (schema, parameters) = match sql::plan(&ctx, &query.query, None).await? {
+            Planned::Read(plan) => (
+                wire_schema(plan.schema().as_arrow()),
+                super::bind::parameter_schema(&plan)?,
+            ),
+            Planned::Write(write) => {
+                self.writer()?;
+                let parameters = match write.parameters() {
+                    Some(plan) => super::bind::parameter_schema(plan)?,
+                    None => None,
+                };
+                (Arc::new(Schema::empty()), parameters)
+            }
+        };
+        let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &Default::default())
+            .try_into()
+            .map_err(|e: arrow::error::ArrowError| Status::internal(e.to_string()))?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: self.handles.encode(&Handle::Sql(query.query)).into(),
+            dataset_schema,
+            parameter_schema: super::bind::schema_bytes(parameters)?,
+        })
+    }
+
+    /// A prepared query's DoPut: its one row of parameters, bound into a new handle.
+    pub(super) async fn bind_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        data: PeekableFlightDataStream,
+    ) -> Result<Handle, Status> {
+        let (sql, _) = self
+            .handles
+            .decode(&query.prepared_statement_handle)?
+            .statement()?;
+        let batches = super::update::parameters(data, MAX_PARAMS_BYTES).await?;
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        match (rows, batches.into_iter().find(|b| b.num_rows() > 0)) {
+            (0, _) | (_, None) => Ok(Handle::Sql(sql)),
+            (1, Some(batch)) => Ok(Handle::Bound {
+                sql,
+                params: params_to_ipc(&batch)?,
+            }),
+            (n, _) => Err(Status::invalid_argument(format!(
+                "a query binds one row of parameters, got {n}"
+            ))),
+        }
+    }
+}

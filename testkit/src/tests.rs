@@ -1,0 +1,93 @@
+//! The test kit's own checks.
+
+use super::*;
+
+#[test]
+fn moto_starts_once_per_binary_and_answers() {
+    let first = moto();
+    let second = moto();
+    assert!(std::ptr::eq(first, second), "one server per test binary");
+    let response = http(first.port(), "GET", "/moto-api/");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
+
+#[test]
+fn workspace_root_is_this_clone() {
+    let root = workspace_root();
+    assert!(
+        root.join("scripts/moto_guard.py").exists(),
+        "{}",
+        root.display()
+    );
+    let here = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    assert!(
+        Path::new(&here).starts_with(&root),
+        "{here} is not under {}",
+        root.display()
+    );
+}
+
+#[test]
+fn buckets_can_be_created_and_names_are_unique() {
+    let bucket = unique("tk");
+    assert_ne!(bucket, unique("tk"));
+    moto().create_bucket(&bucket);
+    let listing = http(moto().port(), "GET", &format!("/{bucket}"));
+    assert!(listing.starts_with("HTTP/1.1 200"), "{listing}");
+}
+
+#[test]
+fn the_control_plane_starts_once_per_binary_and_runs_its_controllers() {
+    let plane = control_plane();
+    assert!(
+        std::ptr::eq(plane, control_plane()),
+        "one control plane per test binary"
+    );
+    let out = plane
+        .kubectl()
+        .args(["version", "-o", "json"])
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{version}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(version.contains("\"gitVersion\": \"v1.37.2\""), "{version}");
+    let out = plane
+        .kubectl()
+        .args(["get", "nodes", "-o", "name"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "node/lake-test-node"
+    );
+    // The service-account controller (controller manager) made the namespace's account.
+    let out = plane
+        .kubectl()
+        .args([
+            "get",
+            "serviceaccount",
+            "default",
+            "-n",
+            "kube-system",
+            "-o",
+            "name",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn missing_tool_fails_with_install_hint() {
+    let err = std::panic::catch_unwind(|| venv_tool("no-such-tool-here")).unwrap_err();
+    let msg = err.downcast_ref::<String>().unwrap();
+    assert!(msg.contains("scripts/bootstrap"), "{msg}");
+}

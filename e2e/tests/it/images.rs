@@ -24,7 +24,7 @@ fn dockerfile_images_run_the_binaries_the_manifests_expect() {
             "lake",
             "lake-runtime",
             "runtime",
-            "operator/src/plan/workloads.rs",
+            "operator/src/plan/pod.rs",
         ),
         (
             "lake-operator",

@@ -84,7 +84,7 @@ const CASES: &[(&str, Expect)] = &[
     ("DELETE FROM s.t", Expect::Delete { predicate: None }),
     ("COPY INTO s.t FROM 'in/rows.parquet'", Expect::CopyInto),
     (
-        "COPY (SELECT 1) TO '/tmp/out.parquet'",
+        "COPY (SELECT 1 AS a) TO '/tmp/out.csv' STORED AS CSV",
         Expect::Refused(Code::PermissionDenied, "COPY … TO writes files"),
     ),
     (
@@ -117,7 +117,7 @@ const CASES: &[(&str, Expect)] = &[
     ),
     (
         "SELECT * FROM other.s.t",
-        Expect::Refused(Code::NotFound, "catalog"),
+        Expect::Refused(Code::NotFound, "table 'other.s.t' not found"),
     ),
     (
         "CREATE SCHEMA other.s2",

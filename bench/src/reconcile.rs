@@ -37,7 +37,7 @@ fn ready(cluster: &LakeCluster) -> bool {
     cluster.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .any(|c| c.type_ == "Ready" && c.status.as_str() == "True")
     })
 }
 

@@ -168,18 +168,26 @@ fn respond<B>(
     request: &hyper::Request<B>,
     metrics: &Metrics,
 ) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
+    use hyper::StatusCode;
     let (status, content_type, body) = match request.uri().path() {
-        "/metrics" => (200, crate::metrics::CONTENT_TYPE, metrics.render()),
-        "/healthz" | "/readyz" => (200, "text/plain", "ok\n".to_owned()),
-        _ => (404, "text/plain", "not found\n".to_owned()),
+        "/metrics" => (
+            StatusCode::OK,
+            crate::metrics::CONTENT_TYPE,
+            metrics.render(),
+        ),
+        "/healthz" | "/readyz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found\n".to_owned(),
+        ),
     };
     let mut response = hyper::Response::new(http_body_util::Full::new(body.into()));
-    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
-    if let Ok(value) = hyper::header::HeaderValue::from_str(content_type) {
-        response
-            .headers_mut()
-            .insert(hyper::header::CONTENT_TYPE, value);
-    }
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
     response
 }
 

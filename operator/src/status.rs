@@ -169,7 +169,7 @@ mod tests {
         ];
         let conds = conditions(&[], &checks, Some(3), &time(10));
         assert_eq!(conds.last().unwrap().type_, READY);
-        assert_eq!(conds.last().unwrap().status, "False");
+        assert_eq!(conds.last().unwrap().status.as_str(), "False");
         assert!(conds.last().unwrap().message.contains("lake-query"));
         assert!(conds.iter().all(|c| c.observed_generation == Some(3)));
     }

@@ -69,13 +69,6 @@ impl std::fmt::Display for ConditionStatus {
     }
 }
 
-/// Compared with its spelling (`"True"`), as tests and tools read conditions.
-impl PartialEq<&str> for ConditionStatus {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
 /// A metav1.Condition-shaped condition.
 #[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]

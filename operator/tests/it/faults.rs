@@ -179,7 +179,7 @@ spec:
         .await
         .unwrap_or_else(|e| panic!("after the outage: {e}"));
     let status = clusters.get(&name).await.unwrap();
-    assert_eq!(condition(&status, "TablesReady").status, "True");
+    assert_eq!(condition(&status, "TablesReady").status.as_str(), "True");
     assert_eq!(condition(&status, "WorkloadsReady").reason, "RollingOut");
     for table in [
         format!("data.{name}-registry"),

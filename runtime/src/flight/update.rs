@@ -25,16 +25,28 @@ impl LakeFlightSql {
     /// Returns affected rows.
     pub(super) async fn write(&self, ctx: &SessionContext, write: Write) -> Result<i64, Status> {
         self.writer()?;
-        // Writes count among the endpoint's running statements too; once admitted, a write
-        // runs to completion.
-        let slot = self.governor.admit()?;
         let (this, ctx) = (self.clone(), ctx.clone());
+        self.to_completion(
+            "write",
+            Box::pin(async move { this.execute(&ctx, write).await }),
+        )
+        .await
+    }
+
+    /// Runs `work` in a task of its own under one of the endpoint's slots: writes count among
+    /// its running statements too, and once admitted a write runs to completion.
+    async fn to_completion(
+        &self,
+        what: &str,
+        work: futures::future::BoxFuture<'static, Result<i64, Status>>,
+    ) -> Result<i64, Status> {
+        let slot = self.governor.admit()?;
         tokio::spawn(async move {
             let _slot = slot;
-            this.execute(&ctx, write).await
+            work.await
         })
         .await
-        .map_err(|e| Status::internal(format!("the write failed inside the server: {e}")))?
+        .map_err(|e| Status::internal(format!("the {what} failed inside the server: {e}")))?
     }
 
     /// One planned write, committed by the write module.
@@ -127,14 +139,12 @@ impl LakeFlightSql {
         data: PeekableFlightDataStream,
     ) -> Result<i64, Status> {
         self.writer()?;
-        let slot = self.governor.admit()?;
         let this = self.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            this.ingest_now(command, data).await
-        })
+        self.to_completion(
+            "ingest",
+            Box::pin(async move { this.ingest_now(command, data).await }),
+        )
         .await
-        .map_err(|e| Status::internal(format!("the ingest failed inside the server: {e}")))?
     }
 
     async fn ingest_now(

@@ -210,8 +210,10 @@ async fn scan_through_query(plan: &AuthorityPlan, cluster: &str, repeats: usize)
     (times[times.len() / 2].as_secs_f64(), rows)
 }
 
-/// pylance's median full scan of the same dataset, through the same manifest table.
-fn scan_pylance(uri: &str, options: &serde_json::Value, repeats: usize) -> (f64, usize) {
+/// pylance's median full scans of the same dataset, through the same manifest table: opened
+/// afresh each time (cold caches), and through one kept `lance.Session` (warm caches, as lake's
+/// endpoint keeps them); and the rows seen.
+fn scan_pylance(uri: &str, options: &serde_json::Value, repeats: usize) -> (f64, f64, usize) {
     let (ok, stdout, stderr) = python(&[
         "bench/storage_peer.py",
         "--scan",
@@ -223,6 +225,7 @@ fn scan_pylance(uri: &str, options: &serde_json::Value, repeats: usize) -> (f64,
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("peer JSON");
     (
         v["scan_s"].as_f64().expect("scan_s"),
+        v["scan_session_s"].as_f64().expect("scan_session_s"),
         v["rows"].as_u64().expect("rows") as usize,
     )
 }
@@ -355,13 +358,14 @@ async fn main() {
     };
     let lake_uri =
         format!("s3+ddb://{bucket}/wh/bench/appends.lance?ddbTableName={manifest_table}");
-    let (peer_scan, peer_rows) = scan_pylance(&lake_uri, &peer_options, 5);
+    let (peer_fresh, peer_kept, peer_rows) = scan_pylance(&lake_uri, &peer_options, 5);
     assert_eq!(lake_rows, peer_rows, "both scans read the whole table");
+    // The goal is against the faster peer: pylance with its caches kept, as lake keeps its own.
+    let peer_scan = peer_fresh.min(peer_kept);
     println!(
-        "emulator   full scan of {lake_rows} rows, median of 5: lake query endpoint {:.3} s, \
-         pylance {:.3} s, lake/pylance x{:.2} (goal <= 1.2)",
-        lake_scan,
-        peer_scan,
+        "emulator   full scan of {lake_rows} rows, median of 5: lake query endpoint {lake_scan:.3} s, \
+         pylance {peer_fresh:.3} s opened afresh, {peer_kept:.3} s through one kept session; \
+         lake/faster pylance x{:.2} (goal <= 1.2)",
         lake_scan / peer_scan
     );
 }

@@ -12,4 +12,13 @@ if command -v mold >/dev/null 2>&1; then
   export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="${CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS:--C link-arg=-fuse-ld=mold}"
 fi
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# The workspace's own crates compile through clippy-driver (dependencies through rustc), so the
+# one build that makes the tests also lints them with `-D warnings`: a separate `cargo clippy`
+# re-checked the whole dependency graph (13 minutes cold). Every scripts/cargo call gets the same
+# wrapper and arguments, so what one builds is fresh for the others.
+if [ -z "${RUSTC_WORKSPACE_WRAPPER+set}" ]; then
+  RUSTC_WORKSPACE_WRAPPER="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver || true)"
+  [ -n "$RUSTC_WORKSPACE_WRAPPER" ] && export RUSTC_WORKSPACE_WRAPPER
+fi
+export CLIPPY_ARGS="${CLIPPY_ARGS:--D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__}"
 export PATH="$LAKE_VENV/bin:$LAKE_NODE_PREFIX/node_modules/.bin:$PATH"

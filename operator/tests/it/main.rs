@@ -5,7 +5,6 @@
 
 mod api;
 mod apiserver;
-mod cel;
 mod control;
 mod crd;
 mod deploy;

@@ -74,7 +74,7 @@ async fn main() {
     let ctx = lake_bench::context(
         &client,
         moto,
-        "namespaces:\n  bench-migration:\n    roles: [\"*-q\", \"*-m\"]\n    storage: [{bucket: \"*-bucket\", prefix: wh}]\n",
+        "namespaces:\n  bench-migration:\n    roles: [\"*-q\", \"*-m\"]\n    storage: [{bucket: \"*-bucket\", prefix: wh}]\n    migrationSources: [\"*\"]\n",
     );
 
     // Passes until the cutover, timing each phase from the status the migration saves.

@@ -6,13 +6,23 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::ClientError;
 
-/// How to reach the endpoints (the same for query and metadata).
+/// How to reach a lake's endpoints. Each role has its own token (a LakeCluster's
+/// `<name>-query-token` and `<name>-metadata-token` Secrets): the query token is sent only to
+/// the query endpoint, the metadata token only to the metadata endpoint.
 #[derive(Debug, Clone, Default)]
 pub struct ConnectOptions {
-    /// A bearer token sent on every call.
-    pub token: Option<String>,
+    /// The bearer token of the query endpoint (reads, stage discovery).
+    pub query_token: Option<String>,
+    /// The bearer token of the metadata endpoint (writes); without it, writes to an endpoint
+    /// that requires tokens are refused as unauthenticated.
+    pub metadata_token: Option<String>,
     /// The PEM certificate of the CA that signed the servers' certificates (`grpc+tls://`).
     pub tls_ca: Option<Vec<u8>>,
+}
+
+/// Whether `endpoint` is dialed with TLS.
+pub(crate) fn is_tls(endpoint: &str) -> Result<bool, ClientError> {
+    dial_url(endpoint).map(|(_, tls)| tls)
 }
 
 /// `grpc://host:port` (or `grpc+tcp://`) → the HTTP/2 URL tonic dials; `grpc+tls://` → https.
@@ -27,10 +37,12 @@ fn dial_url(endpoint: &str) -> Result<(String, bool), ClientError> {
         .ok_or_else(|| ClientError::Endpoint(endpoint.to_owned()))
 }
 
-/// A connected Flight SQL client for `endpoint`.
+/// A connected Flight SQL client for `endpoint`, sending `token` on every call and trusting
+/// `tls_ca` for `grpc+tls://`.
 pub async fn flight_sql(
     endpoint: &str,
-    options: &ConnectOptions,
+    token: Option<&str>,
+    tls_ca: Option<&[u8]>,
 ) -> Result<FlightSqlServiceClient<Channel>, ClientError> {
     let (url, tls) = dial_url(endpoint)?;
     let connect = |source| ClientError::Connect {
@@ -41,14 +53,14 @@ pub async fn flight_sql(
         Endpoint::from_shared(url).map_err(|_| ClientError::Endpoint(endpoint.to_owned()))?;
     if tls {
         // No bundled root store: the CA to trust is explicit.
-        let ca = options.tls_ca.clone().ok_or(ClientError::NoCa)?;
+        let ca = tls_ca.ok_or(ClientError::NoCa)?.to_vec();
         let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
         dial = dial.tls_config(config).map_err(connect)?;
     }
     let channel = dial.connect().await.map_err(connect)?;
     let mut client = FlightSqlServiceClient::new(channel);
-    if let Some(token) = &options.token {
-        client.set_token(token.clone());
+    if let Some(token) = token {
+        client.set_token(token.to_owned());
     }
     Ok(client)
 }

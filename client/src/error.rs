@@ -33,6 +33,17 @@ pub enum ClientError {
     },
     #[error("the query endpoint {0} advertises no metadata endpoint; writes need one")]
     NoMetadataEndpoint(String),
+    /// Connected over TLS, the server advertised a place to send writes or stage bytes over a
+    /// plaintext transport: refused before a token or a credential goes there.
+    #[error(
+        "{query_endpoint} was reached over TLS but advertises a plaintext {what} ({advertised}); \
+         refusing to send tokens or data there"
+    )]
+    Downgrade {
+        query_endpoint: String,
+        what: &'static str,
+        advertised: String,
+    },
     #[error(transparent)]
     Path(#[from] StagePathError),
     #[error("no AWS credentials for the S3 stage: {0}")]

@@ -75,7 +75,7 @@ impl LakeClient {
         Self::connect_with(query_endpoint, ConnectOptions::default()).await
     }
 
-    /// [`LakeClient::connect`] with a token and/or a TLS CA.
+    /// [`LakeClient::connect`] with each role's token and/or a TLS CA.
     pub async fn connect_with(
         query_endpoint: &str,
         options: ConnectOptions,
@@ -94,21 +94,40 @@ impl LakeClient {
     }
 
     /// Connects; discovers the stage unless `store` is given, and always the metadata endpoint.
+    /// Over TLS, neither may be plaintext: checked before any credential is loaded or sent.
     async fn open(
         query_endpoint: &str,
         options: ConnectOptions,
         store: Option<Arc<dyn ObjectStore>>,
     ) -> Result<Self, ClientError> {
-        let mut query = connection::flight_sql(query_endpoint, &options).await?;
+        let mut query = connection::flight_sql(
+            query_endpoint,
+            options.query_token.as_deref(),
+            options.tls_ca.as_deref(),
+        )
+        .await?;
+        let metadata_endpoint = discover_metadata(&mut query, query_endpoint).await?;
+        let tls = connection::is_tls(query_endpoint)?;
         let (descriptor, stage) = match store {
-            Some(store) => (None, Stage::new(store, "")),
+            Some(store) => {
+                if tls {
+                    no_downgrade(query_endpoint, metadata_endpoint.as_deref(), None)?;
+                }
+                (None, Stage::new(store, ""))
+            }
             None => {
                 let descriptor = discover_stage(&mut query, query_endpoint).await?;
+                if tls {
+                    no_downgrade(
+                        query_endpoint,
+                        metadata_endpoint.as_deref(),
+                        Some(&descriptor),
+                    )?;
+                }
                 let stage = Stage::from_descriptor(&descriptor).await?;
                 (Some(descriptor), stage)
             }
         };
-        let metadata_endpoint = discover_metadata(&mut query, query_endpoint).await?;
         Ok(Self {
             query_endpoint: query_endpoint.to_owned(),
             query,
@@ -197,10 +216,50 @@ impl LakeClient {
             .ok_or_else(|| ClientError::NoMetadataEndpoint(self.query_endpoint.clone()))?;
         // Channels are cheap to clone and multiplex calls; one connection serves every write.
         self.metadata
-            .get_or_try_init(|| connection::flight_sql(endpoint, &self.options))
+            .get_or_try_init(|| {
+                connection::flight_sql(
+                    endpoint,
+                    self.options.metadata_token.as_deref(),
+                    self.options.tls_ca.as_deref(),
+                )
+            })
             .await
             .cloned()
     }
+}
+
+/// Refuses, for a client that reached `query_endpoint` over TLS, a metadata endpoint or an S3
+/// stage the server advertises over plaintext (a local stage has no transport).
+fn no_downgrade(
+    query_endpoint: &str,
+    metadata: Option<&str>,
+    stage: Option<&StageDescriptor>,
+) -> Result<(), ClientError> {
+    let downgrade = |what, advertised: &str| ClientError::Downgrade {
+        query_endpoint: query_endpoint.to_owned(),
+        what,
+        advertised: advertised.to_owned(),
+    };
+    if let Some(metadata) = metadata
+        && !connection::is_tls(metadata).unwrap_or(false)
+    {
+        return Err(downgrade("metadata endpoint", metadata));
+    }
+    if let Some(StageDescriptor {
+        backend:
+            lake_common::stage::StageBackend::S3 {
+                endpoint: Some(endpoint),
+                ..
+            },
+        ..
+    }) = stage
+        && !endpoint
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+    {
+        return Err(downgrade("stage", endpoint));
+    }
+    Ok(())
 }
 
 /// Runs a custom action and returns its single result: zero or several results are an error.
@@ -250,4 +309,50 @@ async fn discover_metadata(
         detail: "the metadata endpoint is not UTF-8".into(),
     })?;
     Ok(Some(text).filter(|t| !t.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lake_common::stage::StageBackend;
+
+    fn s3(endpoint: Option<&str>) -> StageDescriptor {
+        StageDescriptor {
+            protocol_version: 1,
+            backend: StageBackend::S3 {
+                bucket: "b".into(),
+                prefix: "p".into(),
+                region: "r".into(),
+                endpoint: endpoint.map(str::to_owned),
+            },
+        }
+    }
+
+    #[test]
+    fn a_tls_client_refuses_plaintext_places_to_send_to() {
+        let q = "grpc+tls://query:8815";
+        assert!(no_downgrade(q, Some("grpc+tls://metadata:8816"), Some(&s3(None))).is_ok());
+        assert!(no_downgrade(q, None, Some(&s3(Some("https://s3.example")))).is_ok());
+        let e = no_downgrade(q, Some("grpc://metadata:8816"), None).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ClientError::Downgrade {
+                    what: "metadata endpoint",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = no_downgrade(q, None, Some(&s3(Some("http://127.0.0.1:5000")))).unwrap_err();
+        assert!(
+            matches!(e, ClientError::Downgrade { what: "stage", .. }),
+            "{e}"
+        );
+        let local = StageDescriptor {
+            backend: StageBackend::Local { root: "/x".into() },
+            ..s3(None)
+        };
+        assert!(no_downgrade(q, None, Some(&local)).is_ok());
+    }
 }

@@ -28,6 +28,8 @@ pub(crate) enum Failure {
     Tls(#[from] flight::TlsError),
     #[error("cannot read the CA certificate: {0}")]
     Ca(#[source] std::io::Error),
+    #[error("cannot read the SQL from standard input: {0}")]
+    Stdin(#[source] std::io::Error),
     #[error("cannot {action} {}: {source}", path.display())]
     DataDir {
         action: &'static str,
@@ -43,8 +45,13 @@ pub(crate) enum Failure {
         #[source]
         source: std::io::Error,
     },
-    #[error("serving failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Serve(#[from] flight::ServeError),
+    #[error(
+        "lake serve needs LAKE_TOKEN_FILE (a file of bearer tokens, one per line), or \
+         LAKE_AUTH=none to serve without authentication"
+    )]
+    NoAuth,
     #[error("{0} selftest checks failed")]
     Selftest(usize),
     #[error("cannot start the async runtime: {0}")]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use lake_common::config::RuntimeConfig;
+use lake_common::config::{Auth, RuntimeConfig};
 use lake_common::plan::{AuthorityPlan, AuthorityRequest, PlanFields, RolePlan, StorageRequest};
 use lake_runtime::aws::ConnectOptions;
 use lake_runtime::context::{MetadataContext, QueryContext};
@@ -67,6 +67,12 @@ enum Command {
         /// Queries each endpoint runs at once [default: 32].
         #[arg(long, env = "LAKE_MAX_CONCURRENT_QUERIES")]
         max_concurrent_queries: Option<u64>,
+        /// Where queries spill (created if missing) [default: the system temp directory].
+        #[arg(long, env = "LAKE_SPILL_DIR")]
+        spill_dir: Option<PathBuf>,
+        /// Disk all queries of one endpoint may spill to together, MiB [default: 8192].
+        #[arg(long, env = "LAKE_SPILL_LIMIT_MB")]
+        spill_limit_mb: Option<u64>,
         /// Serve TLS with this PEM certificate chain (needs --tls-key).
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -80,6 +86,8 @@ enum Command {
     Sql {
         /// e.g. grpc://127.0.0.1:8815
         endpoint: String,
+        /// The statement, or `-` to read it from standard input (statements longer than a
+        /// command line takes).
         sql: String,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
@@ -106,9 +114,13 @@ enum Command {
         /// The query endpoint.
         #[arg(long, env = "LAKE_ENDPOINT", default_value = "grpc://127.0.0.1:8815")]
         endpoint: String,
-        /// A bearer token, for endpoints that require one.
-        #[arg(long, env = "LAKE_TOKEN", hide_env_values = true)]
-        token: Option<String>,
+        /// The query endpoint's bearer token (the `<cluster>-query-token` Secret).
+        #[arg(long, env = "LAKE_QUERY_TOKEN", hide_env_values = true)]
+        query_token: Option<String>,
+        /// The metadata endpoint's bearer token (the `<cluster>-metadata-token` Secret), for
+        /// commands that write; never sent to the query endpoint.
+        #[arg(long, env = "LAKE_METADATA_TOKEN", hide_env_values = true)]
+        metadata_token: Option<String>,
         /// The PEM certificate of the CA to trust, for grpc+tls:// endpoints.
         #[arg(long)]
         tls_ca: Option<PathBuf>,
@@ -157,6 +169,8 @@ fn main() -> ExitCode {
                 query_memory_limit_mb,
                 query_timeout_seconds,
                 max_concurrent_queries,
+                spill_dir,
+                spill_limit_mb,
                 tls_cert,
                 tls_key,
             } => {
@@ -165,11 +179,12 @@ fn main() -> ExitCode {
                     query_memory_mb: query_memory_limit_mb,
                     query_timeout_seconds,
                     max_concurrent_queries,
+                    spill_mb: spill_limit_mb,
                 };
                 if let Err(name) = configured.fields_are_positive() {
                     return Err(Failure::NotPositive(name));
                 }
-                let limits = flight::Limits::resolve(&configured);
+                let limits = flight::Limits::resolve(&configured, spill_dir);
                 if token_file.is_some() {
                     return Err(Failure::OneTokenFile);
                 }
@@ -209,6 +224,11 @@ fn main() -> ExitCode {
             } => {
                 let mut out = std::io::stdout();
                 let ca = tls_ca.map(std::fs::read).transpose().map_err(Failure::Ca)?;
+                let sql = if sql == "-" {
+                    std::io::read_to_string(std::io::stdin()).map_err(Failure::Stdin)?
+                } else {
+                    sql
+                };
                 lake_runtime::sql_client::run(
                     &endpoint,
                     &sql,
@@ -222,12 +242,17 @@ fn main() -> ExitCode {
             }
             Command::Stage {
                 endpoint,
-                token,
+                query_token,
+                metadata_token,
                 tls_ca,
                 command,
             } => {
                 let tls_ca = tls_ca.map(std::fs::read).transpose().map_err(Failure::Ca)?;
-                let options = lake_client::ConnectOptions { token, tls_ca };
+                let options = lake_client::ConnectOptions {
+                    query_token,
+                    metadata_token,
+                    tls_ca,
+                };
                 lake_runtime::stage_cli::run(&endpoint, options, command)
                     .await
                     .map_err(Failure::from)
@@ -361,7 +386,19 @@ async fn serve() -> Result<(), Failure> {
         tracing::warn!(variable = %name, "unknown LAKE_* variable ignored");
     }
     let config = parsed.config;
-    let tokens = tokens(config.token_file.as_deref().map(Path::new))?;
+    // Refused before anything is opened: a pod without its token Secret must not serve openly.
+    let tokens = match &config.auth {
+        Auth::Tokens(file) => Some(Tokens::from_file(Path::new(file))?),
+        Auth::Disabled => {
+            tracing::warn!(
+                role = %config.plan.role(),
+                "LAKE_AUTH=none: serving without authentication; any client that reaches this \
+                 address may call every RPC of this role"
+            );
+            None
+        }
+        Auth::Unconfigured => return Err(Failure::NoAuth),
+    };
     let tls = config
         .tls
         .as_ref()
@@ -396,7 +433,8 @@ async fn serve() -> Result<(), Failure> {
         let _ = writeln!(out, "{} {scheme}://{}", config.plan.role(), bound.addr)
             .and_then(|()| out.flush());
     }
-    let limits = flight::Limits::resolve(&config.limits);
+    let limits =
+        flight::Limits::resolve(&config.limits, config.spill_dir.as_ref().map(PathBuf::from));
     Ok(flight::serve(
         bound,
         role,

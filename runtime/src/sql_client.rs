@@ -48,11 +48,7 @@ pub async fn run(
     tls_ca: Option<Vec<u8>>,
     out: &mut (dyn Write + Send),
 ) -> Result<(), SqlClientError> {
-    let options = lake_client::ConnectOptions {
-        token: token.map(str::to_owned),
-        tls_ca,
-    };
-    let mut client = lake_client::flight_sql(endpoint, &options)
+    let mut client = lake_client::flight_sql(endpoint, token, tls_ca.as_deref())
         .await
         .map_err(|e| match e {
             lake_client::ClientError::NoCa => SqlClientError::NoCa,

@@ -1,9 +1,9 @@
 //! The resource limits of one runtime process (`LAKE_*_LIMIT_MB`, the query time limit, the
-//! running-query bound).
+//! running-query bound, the disk its queries may spill to).
 
 use super::{
     LAKE_MAX_CONCURRENT_QUERIES, LAKE_MEMORY_LIMIT_MB, LAKE_QUERY_MEMORY_LIMIT_MB,
-    LAKE_QUERY_TIMEOUT_SECONDS,
+    LAKE_QUERY_TIMEOUT_SECONDS, LAKE_SPILL_LIMIT_MB,
 };
 
 /// Resource limits of one runtime process; `None` leaves the runtime's default.
@@ -17,22 +17,26 @@ pub struct Limits {
     pub query_timeout_seconds: Option<u64>,
     /// Queries one endpoint runs at once.
     pub max_concurrent_queries: Option<u64>,
+    /// Disk all queries of the process may spill to together (MiB).
+    pub spill_mb: Option<u64>,
 }
 
 impl Limits {
-    pub(super) const VARS: [&'static str; 4] = [
+    pub(super) const VARS: [&'static str; 5] = [
         LAKE_MEMORY_LIMIT_MB,
         LAKE_QUERY_MEMORY_LIMIT_MB,
         LAKE_QUERY_TIMEOUT_SECONDS,
         LAKE_MAX_CONCURRENT_QUERIES,
+        LAKE_SPILL_LIMIT_MB,
     ];
 
-    pub(super) fn fields(&self) -> [Option<u64>; 4] {
+    pub(super) fn fields(&self) -> [Option<u64>; 5] {
         [
             self.memory_mb,
             self.query_memory_mb,
             self.query_timeout_seconds,
             self.max_concurrent_queries,
+            self.spill_mb,
         ]
     }
 
@@ -46,18 +50,20 @@ impl Limits {
         Ok(())
     }
 
-    pub(super) fn from_values(values: [Option<u64>; 4]) -> Self {
+    pub(super) fn from_values(values: [Option<u64>; 5]) -> Self {
         let [
             memory_mb,
             query_memory_mb,
             query_timeout_seconds,
             max_concurrent_queries,
+            spill_mb,
         ] = values;
         Self {
             memory_mb,
             query_memory_mb,
             query_timeout_seconds,
             max_concurrent_queries,
+            spill_mb,
         }
     }
 }

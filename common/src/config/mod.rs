@@ -31,8 +31,11 @@ pub const LAKE_METADATA_ENDPOINT: &str = "LAKE_METADATA_ENDPOINT";
 pub const LAKE_AWS_REGION: &str = "LAKE_AWS_REGION";
 pub const LAKE_DYNAMODB_ENDPOINT: &str = "LAKE_DYNAMODB_ENDPOINT";
 pub const LAKE_S3_ENDPOINT: &str = "LAKE_S3_ENDPOINT";
-/// A file of accepted bearer tokens (a mounted Secret); unset means no authentication.
+/// A file of accepted bearer tokens (a mounted Secret). `lake serve` refuses to start without it
+/// unless `LAKE_AUTH=none` says that serving without authentication is intended.
 pub const LAKE_TOKEN_FILE: &str = "LAKE_TOKEN_FILE";
+/// `none`: serve without authentication (a warning at start); the only value.
+pub const LAKE_AUTH: &str = "LAKE_AUTH";
 /// PEM certificate chain and private key for TLS; both or neither.
 pub const LAKE_TLS_CERT_FILE: &str = "LAKE_TLS_CERT_FILE";
 pub const LAKE_TLS_KEY_FILE: &str = "LAKE_TLS_KEY_FILE";
@@ -42,9 +45,13 @@ pub const LAKE_MEMORY_LIMIT_MB: &str = "LAKE_MEMORY_LIMIT_MB";
 pub const LAKE_QUERY_MEMORY_LIMIT_MB: &str = "LAKE_QUERY_MEMORY_LIMIT_MB";
 pub const LAKE_QUERY_TIMEOUT_SECONDS: &str = "LAKE_QUERY_TIMEOUT_SECONDS";
 pub const LAKE_MAX_CONCURRENT_QUERIES: &str = "LAKE_MAX_CONCURRENT_QUERIES";
+/// Where queries spill (a directory the runtime creates if missing; the system temp directory if
+/// unset), and how much they may spill there together.
+pub const LAKE_SPILL_DIR: &str = "LAKE_SPILL_DIR";
+pub const LAKE_SPILL_LIMIT_MB: &str = "LAKE_SPILL_LIMIT_MB";
 
 /// Every variable of the contract.
-pub const ALL_VARS: [&str; 18] = [
+pub const ALL_VARS: [&str; 21] = [
     LAKE_ROLE,
     LAKE_WAREHOUSE,
     LAKE_STAGE,
@@ -57,12 +64,15 @@ pub const ALL_VARS: [&str; 18] = [
     LAKE_DYNAMODB_ENDPOINT,
     LAKE_S3_ENDPOINT,
     LAKE_TOKEN_FILE,
+    LAKE_AUTH,
     LAKE_TLS_CERT_FILE,
     LAKE_TLS_KEY_FILE,
     LAKE_MEMORY_LIMIT_MB,
     LAKE_QUERY_MEMORY_LIMIT_MB,
     LAKE_QUERY_TIMEOUT_SECONDS,
     LAKE_MAX_CONCURRENT_QUERIES,
+    LAKE_SPILL_DIR,
+    LAKE_SPILL_LIMIT_MB,
 ];
 
 /// The port each role listens on unless `LAKE_FLIGHT_ADDR` says otherwise.
@@ -82,11 +92,24 @@ pub struct RuntimeConfig {
     pub flight_addr: SocketAddr,
     /// Where query tells clients to send writes.
     pub metadata_endpoint: Option<String>,
-    /// The file of accepted bearer tokens; `None`: no authentication.
-    pub token_file: Option<String>,
+    /// How clients authenticate.
+    pub auth: Auth,
     /// (certificate chain, private key) PEM files; `None`: plaintext gRPC.
     pub tls: Option<(String, String)>,
     pub limits: Limits,
+    /// Where queries spill; `None`: the system temp directory.
+    pub spill_dir: Option<String>,
+}
+
+/// How a runtime process authenticates its clients.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum Auth {
+    /// Bearer tokens listed in this file (`LAKE_TOKEN_FILE`).
+    Tokens(String),
+    /// None at all, asked for explicitly (`LAKE_AUTH=none`).
+    Disabled,
+    /// Neither was configured: `lake serve` refuses to start.
+    Unconfigured,
 }
 
 /// A configuration read from the environment, plus the `LAKE_*` names it did not recognise
@@ -123,9 +146,10 @@ impl RuntimeConfig {
             cluster_id,
             flight_addr,
             metadata_endpoint,
-            token_file: None,
+            auth: Auth::Unconfigured,
             tls: None,
             limits: Limits::default(),
+            spill_dir: None,
         }
     }
 
@@ -167,8 +191,17 @@ impl RuntimeConfig {
         if let Some(e) = &self.metadata_endpoint {
             vars.insert(LAKE_METADATA_ENDPOINT, e.clone());
         }
-        if let Some(f) = &self.token_file {
-            vars.insert(LAKE_TOKEN_FILE, f.clone());
+        match &self.auth {
+            Auth::Tokens(f) => {
+                vars.insert(LAKE_TOKEN_FILE, f.clone());
+            }
+            Auth::Disabled => {
+                vars.insert(LAKE_AUTH, "none".to_owned());
+            }
+            Auth::Unconfigured => {}
+        }
+        if let Some(dir) = &self.spill_dir {
+            vars.insert(LAKE_SPILL_DIR, dir.clone());
         }
         if let Some((cert, key)) = &self.tls {
             vars.insert(LAKE_TLS_CERT_FILE, cert.clone());
@@ -345,6 +378,29 @@ impl RuntimeConfig {
             }
         };
 
+        let auth = match (get(LAKE_TOKEN_FILE), get(LAKE_AUTH)) {
+            (Some(file), None) => Auth::Tokens(file.to_owned()),
+            (None, None) => Auth::Unconfigured,
+            (None, Some("none")) => Auth::Disabled,
+            (Some(_), Some("none")) => {
+                errors.push(PlanError::NotAllowed {
+                    field: LAKE_AUTH.to_owned(),
+                    reason: "LAKE_AUTH=none and LAKE_TOKEN_FILE contradict each other; set one"
+                        .to_owned(),
+                });
+                Auth::Unconfigured
+            }
+            (_, Some(other)) => {
+                errors.push(invalid(
+                    LAKE_AUTH,
+                    other,
+                    "the only value is none (serve without authentication); set LAKE_TOKEN_FILE \
+                     for bearer tokens",
+                ));
+                Auth::Unconfigured
+            }
+        };
+
         let limits = Limits::from_values(Limits::VARS.map(|name| {
             let value = get(name)?;
             match value.parse::<u64>() {
@@ -398,9 +454,10 @@ impl RuntimeConfig {
                 cluster_id: get(LAKE_CLUSTER_ID).map(str::to_owned),
                 flight_addr,
                 metadata_endpoint: get(LAKE_METADATA_ENDPOINT).map(str::to_owned),
-                token_file: get(LAKE_TOKEN_FILE).map(str::to_owned),
+                auth,
                 tls,
                 limits,
+                spill_dir: get(LAKE_SPILL_DIR).map(str::to_owned),
             },
             unknown,
         })

@@ -71,12 +71,44 @@ fn rendered_config_round_trips_for_both_roles() {
             addr(),
             Some("grpc://metadata:8816".into()),
         );
-        config.token_file = Some("/var/run/secrets/lake/tokens".into());
+        config.auth = Auth::Tokens("/var/run/secrets/lake/tokens".into());
         config.tls = Some(("/tls/tls.crt".into(), "/tls/tls.key".into()));
+        config.spill_dir = Some("/tmp/spill".into());
+        config.limits.spill_mb = Some(2048);
         let parsed = RuntimeConfig::from_vars(config.to_vars()).unwrap();
         assert_eq!(parsed.config, config);
         assert!(parsed.unknown.is_empty());
+        config.auth = Auth::Disabled;
+        let parsed = RuntimeConfig::from_vars(config.to_vars()).unwrap();
+        assert_eq!(parsed.config, config);
     }
+}
+
+#[test]
+fn authentication_is_tokens_or_explicitly_none() {
+    let plan = cloud_plan();
+    let vars = |extra: &[(&'static str, &str)]| {
+        let mut vars =
+            RuntimeConfig::for_role(&plan, Role::Query, Some("uid-1".into()), addr(), None)
+                .to_vars();
+        for (k, v) in extra {
+            vars.insert(k, (*v).to_owned());
+        }
+        vars
+    };
+    let unconfigured = RuntimeConfig::from_vars(vars(&[])).unwrap();
+    assert_eq!(unconfigured.config.auth, Auth::Unconfigured);
+    let errors = RuntimeConfig::from_vars(vars(&[(LAKE_AUTH, "tokens")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        errors.contains("LAKE_AUTH") && errors.contains("none"),
+        "{errors}"
+    );
+    let errors = RuntimeConfig::from_vars(vars(&[(LAKE_AUTH, "none"), (LAKE_TOKEN_FILE, "/t")]))
+        .unwrap_err()
+        .to_string();
+    assert!(errors.contains("LAKE_AUTH"), "{errors}");
 }
 
 #[test]

@@ -11,7 +11,8 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::optimize::{CompactionOptions, compact_files};
-use lance::dataset::write::{CommitBuilder, InsertBuilder};
+use lance::dataset::scanner::RowAddrTreeMap;
+use lance::dataset::write::{CommitBuilder, DeleteBuilder, InsertBuilder};
 use lance::dataset::{Dataset, WriteMode, WriteParams};
 use lance::session::Session;
 use lance_io::object_store::ObjectStoreRegistry;
@@ -45,6 +46,12 @@ pub enum EngineError {
     Rows(#[source] Arc<datafusion::error::DataFusionError>),
     #[error("table {0} cannot be read: its Lance metadata is damaged")]
     Corrupt(TableRef),
+    #[error(
+        "finding the rows to delete from {table} took longer than {} s \
+         (LAKE_QUERY_TIMEOUT_SECONDS); nothing was deleted",
+        limit.as_secs()
+    )]
+    Deadline { table: TableRef, limit: Duration },
     #[error("listing the warehouse: {0}")]
     Listing(#[source] object_store::Error),
     #[error("removing the files of {table}: {detail}")]
@@ -142,6 +149,8 @@ pub struct Staged {
     operation: &'static str,
     transaction: lance::dataset::transaction::Transaction,
     rows: u64,
+    /// The rows a delete touches (Lance rebases it on other processes' commits with them).
+    affected_rows: Option<RowAddrTreeMap>,
     _guard: tokio::sync::OwnedMutexGuard<()>,
 }
 
@@ -263,6 +272,13 @@ impl Engine {
             .into_iter()
             .map(|v| v.version)
             .collect();
+        // The listing reads the manifest files' directory; the latest commit is resolved
+        // through the manifest store, and its file may still be on its way there (Lance copies
+        // it from staging after the commit succeeded): it is a version all the same.
+        let latest = dataset.version().version;
+        if !versions.contains(&latest) {
+            versions.push(latest);
+        }
         versions.sort_unstable();
         Ok(versions)
     }
@@ -404,6 +420,7 @@ impl WriteEngine {
             operation,
             transaction,
             rows: count.load(std::sync::atomic::Ordering::Relaxed),
+            affected_rows: None,
             _guard: guard,
         })
     }
@@ -419,6 +436,9 @@ impl WriteEngine {
         if let Some(store_params) = self.engine.warehouse.store_params(&staged.table) {
             commit = commit.with_store_params(store_params);
         }
+        if let Some(rows) = staged.affected_rows {
+            commit = commit.with_affected_rows(rows);
+        }
         let dataset = commit
             .execute(staged.transaction)
             .await
@@ -429,22 +449,37 @@ impl WriteEngine {
         })
     }
 
-    /// Deletes the rows matching a SQL predicate, in one commit.
+    /// Deletes the rows matching `predicate` (a planned expression, see the Flight service's
+    /// `sql::delete`; `None`: every row) in one commit. Finding them — a scan — must end within
+    /// `limit`, or nothing is deleted; the commit itself is never cut short.
     pub async fn delete(
         &self,
         table: &TableRef,
-        predicate: &str,
+        predicate: Option<datafusion::logical_expr::Expr>,
+        limit: Duration,
     ) -> Result<Committed, EngineError> {
-        let _guard = self.lock(table).await;
-        let mut dataset = self.engine.open(table, None).await?;
-        let result = dataset
-            .delete(predicate)
-            .await
-            .map_err(Engine::lance_err("delete from", table))?;
-        Ok(Committed {
-            version: result.new_dataset.version().version,
-            rows: result.num_deleted_rows,
+        let guard = self.lock(table).await;
+        let dataset = Arc::new(self.engine.open(table, None).await?);
+        let predicate = predicate.unwrap_or_else(|| datafusion::logical_expr::lit(true));
+        let found = tokio::time::timeout(
+            limit,
+            DeleteBuilder::from_expr(dataset, predicate).execute_uncommitted(),
+        )
+        .await
+        .map_err(|_| EngineError::Deadline {
+            table: table.clone(),
+            limit,
+        })?
+        .map_err(Engine::lance_err("delete from", table))?;
+        self.commit(Staged {
+            table: table.clone(),
+            operation: "delete from",
+            transaction: found.transaction,
+            rows: found.num_deleted_rows,
+            affected_rows: found.affected_rows,
+            _guard: guard,
         })
+        .await
     }
 
     /// Compacts small fragments into larger ones (one commit).

@@ -1,26 +1,242 @@
-//! Functions whose output size is a product of their arguments, bounded before they run. A
-//! failed allocation aborts the process (Rust cannot recover from it), and no memory pool sees
-//! a function's own buffers: `repeat(arrow_cast('x', 'LargeUtf8'), 2^45)` asked for 32 TiB and
-//! took the server down. Each wrapper checks every row's requested size, then delegates.
+//! Every scalar function of a statement runs against the statement's memory budget.
+//!
+//! A failed allocation aborts the process (Rust cannot recover from it), and no memory pool sees
+//! a function's own buffers: `repeat(arrow_cast('x', 'LargeUtf8'), 2^45)` asked for 32 TiB, and
+//! `array_to_string(range(100000), repeat('x', 100000))` for 10 GB, each passing any per-call
+//! cap that is not tied to what the query already holds. So each function call is wrapped:
+//! - before it runs, what it would produce is computed from its arguments for every function
+//!   whose output can outgrow its input ([`Growth`]) and reserved from the query's pool: a call
+//!   that does not fit what the query has left is refused with RESOURCE_EXHAUSTED;
+//! - after it ran, the buffers it allocated are claimed in the query's pool for as long as they
+//!   live (large scalars, e.g. constants folded while planning, for as long as the statement),
+//!   so values that coexist — `concat(repeat(…), repeat(…), …)` — add up against the one budget
+//!   the query's operators share.
+//!
+//! The SQL planner and some simplifications build calls from DataFusion's own function objects,
+//! not the session's: an analyzer and an optimizer rule wrap whatever is left unwrapped. The
+//! same rule makes a projection's large constant (`SELECT repeat('x', 2^27) FROM t`, folded into
+//! one value while planning) a counted call, since a projection copies a constant once per row
+//! ([`Expand`]).
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, ArrayRef, Int64Array};
-use arrow::datatypes::{DataType, FieldRef};
-use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::FunctionRegistry;
+use arrow::buffer::Buffer;
+use arrow::datatypes::{DataType, FieldRef, IntervalUnit, TimeUnit};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool};
+use datafusion::logical_expr::expr::{Cast, ScalarFunction, TryCast};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
-    ColumnarValue, Documentation, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF,
-    ScalarUDFImpl, Signature,
+    ColumnarValue, Documentation, Expr, LogicalPlan, Operator, ReturnFieldArgs, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature,
 };
+use datafusion::optimizer::analyzer::AnalyzerRule;
+use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::prelude::SessionContext;
 
-/// The largest value one call may produce.
+/// The largest value one call may produce, whatever the budget.
 pub(super) const MAX_VALUE_BYTES: i64 = 256 * 1024 * 1024;
-/// The most one call may produce over a batch.
-pub(super) const MAX_CALL_BYTES: i64 = 1024 * 1024 * 1024;
+/// A constant above this size is copied into its rows through a counted call where an
+/// expression would copy it once per row (below it, a batch of 8,192 rows holds at most 32 MiB
+/// of it) …
+const EXPANDED_LITERAL_BYTES: usize = 4 * 1024;
+/// … and so is every constant above this size once the constants of one plan node add up to
+/// more than [`EXPANDED_LITERAL_BYTES`] (10,000 columns of 4,000 bytes each are 40 MB a row).
+const EXPANDED_AMONG_MANY_BYTES: usize = 256;
+/// A function that multiplies nothing is still reserved for what it is given (scalars once per
+/// row) when that is more than this: `substr(<1 MB constant>, col)` builds 8 GB for 8,192 rows.
+const RESERVED_COPY_BYTES: i64 = 1024 * 1024;
+/// What a scalar result costs, in times its size: the function's working copies while it is
+/// made (a 200 MB `repeat` built, turned into an array, then into a scalar), and the plan's
+/// copies of a constant folded while planning, as the optimizer rewrites it. Measured: one
+/// folded 200 MB constant took the process from 130 MiB to 1,070 MiB.
+const SCALAR_COPIES: i64 = 5;
+/// The widest row a fixed-size type may have (`CAST(l AS BIGINT[2147483647])` is 16 GiB a row).
+const MAX_FIXED_ROW_BYTES: i64 = 1024 * 1024;
+/// What one number takes as text in `array_to_string`, at most (`-9223372036854775808`, a
+/// float's or a timestamp's longest rendering).
+const NUMBER_TEXT_BYTES: i64 = 40;
+const MIB: usize = 1024 * 1024;
 
+/// One statement's memory budget, as its expressions see it.
+#[derive(Debug, Clone)]
+pub(super) struct Budget {
+    pool: Arc<dyn MemoryPool>,
+    /// Large scalar results (constants folded while planning), held until the statement ends.
+    held: Arc<Mutex<datafusion::execution::memory_pool::MemoryReservation>>,
+}
+
+impl Budget {
+    pub(super) fn new(pool: Arc<dyn MemoryPool>) -> Self {
+        let held = MemoryConsumer::new("lake: scalars").register(&pool);
+        Self {
+            pool,
+            held: Arc::new(Mutex::new(held)),
+        }
+    }
+
+    fn limit(&self) -> usize {
+        match self.pool.memory_limit() {
+            MemoryLimit::Finite(limit) => limit,
+            MemoryLimit::Infinite | MemoryLimit::Unknown => usize::MAX,
+        }
+    }
+
+    fn refused(&self, function: &str, bytes: i64) -> DataFusionError {
+        self.refused_as(function, bytes, 1)
+    }
+
+    /// [`Self::refused`] for `bytes` counted `copies` times over (a scalar: [`SCALAR_COPIES`]).
+    fn refused_as(&self, function: &str, bytes: i64, copies: i64) -> DataFusionError {
+        let counted = if copies > 1 {
+            format!(
+                ", a value counted {copies} times over (its working copies, and the plan's \
+                 copies of a constant)"
+            )
+        } else {
+            String::new()
+        };
+        DataFusionError::ResourcesExhausted(format!(
+            "{function}() would produce {bytes} bytes{counted}; the query holds {} of its {} MiB \
+             (LAKE_QUERY_MEMORY_LIMIT_MB) and at most {MAX_VALUE_BYTES} bytes per value are \
+             allowed",
+            self.pool.reserved(),
+            self.limit() / MIB
+        ))
+    }
+
+    /// Reserves what a call of `function` will produce, for as long as it runs.
+    fn reserve(
+        &self,
+        function: &str,
+        bytes: i64,
+        copies: i64,
+    ) -> Result<datafusion::execution::memory_pool::MemoryReservation> {
+        let reservation = MemoryConsumer::new(format!("lake: {function}()")).register(&self.pool);
+        let want = usize::try_from(bytes.max(0).saturating_mul(copies)).unwrap_or(usize::MAX);
+        reservation
+            .try_grow(want)
+            .map_err(|_| self.refused_as(function, bytes, copies))?;
+        Ok(reservation)
+    }
+
+    /// Counts what `function` produced in `out` (buffers not among its arguments' `inputs`)
+    /// against the budget for as long as it lives; refuses a result that took the query past
+    /// its limit.
+    fn claim(&self, function: &str, out: &ColumnarValue, inputs: &HashSet<usize>) -> Result<()> {
+        match out {
+            ColumnarValue::Array(array) => {
+                let claims = ArrowPool(self.pool.clone());
+                let mut fresh = Vec::new();
+                buffers(&array.to_data(), &mut |b| {
+                    if !inputs.contains(&(b.data_ptr().as_ptr() as usize)) {
+                        fresh.push(b.clone());
+                    }
+                });
+                for buffer in &fresh {
+                    buffer.claim(&claims);
+                }
+            }
+            // Scalars are constants folded while planning (they stay in the plan) or one value
+            // of a call whose arguments were all scalars: counted, however small, for the rest
+            // of the statement (49,000 folded constants of 1 MB each are 49 GB).
+            ColumnarValue::Scalar(scalar) => {
+                let size = scalar.size() as i64;
+                let counted = size.saturating_mul(SCALAR_COPIES);
+                let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+                held.try_grow(usize::try_from(counted).unwrap_or(usize::MAX))
+                    .map_err(|_| self.refused_as(function, size, SCALAR_COPIES))?;
+            }
+        }
+        // An array's buffers are claimed without a check: the query's operators that can spill
+        // (sort, aggregate) see them on their next reservation and spill, and the next
+        // multiplying call is refused.
+        Ok(())
+    }
+}
+
+/// Every buffer of `data`, its children's and null masks included.
+fn buffers(data: &arrow::array::ArrayData, each: &mut impl FnMut(&Buffer)) {
+    for buffer in data.buffers() {
+        each(buffer);
+    }
+    if let Some(nulls) = data.nulls() {
+        each(nulls.buffer());
+    }
+    for child in data.child_data() {
+        buffers(child, each);
+    }
+}
+
+/// The allocations of the arguments, by address: a result that hands one back allocated nothing.
+fn argument_buffers(args: &[ColumnarValue]) -> HashSet<usize> {
+    let mut seen = HashSet::new();
+    let mut add = |array: &dyn Array| {
+        buffers(&array.to_data(), &mut |b| {
+            seen.insert(b.data_ptr().as_ptr() as usize);
+        })
+    };
+    for arg in args {
+        match arg {
+            ColumnarValue::Array(a) => add(a.as_ref()),
+            ColumnarValue::Scalar(ScalarValue::List(a)) => add(a.as_ref()),
+            ColumnarValue::Scalar(ScalarValue::LargeList(a)) => add(a.as_ref()),
+            ColumnarValue::Scalar(ScalarValue::FixedSizeList(a)) => add(a.as_ref()),
+            ColumnarValue::Scalar(_) => {}
+        }
+    }
+    seen
+}
+
+/// A claim in the query's pool for the life of one buffer (arrow's `pool` accounting).
+#[derive(Debug)]
+struct ArrowPool(Arc<dyn MemoryPool>);
+
+#[derive(Debug)]
+struct Claimed(datafusion::execution::memory_pool::MemoryReservation);
+
+impl arrow_buffer::MemoryReservation for Claimed {
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+
+    fn resize(&mut self, new_size: usize) {
+        self.0.resize(new_size);
+    }
+}
+
+impl arrow_buffer::MemoryPool for ArrowPool {
+    fn reserve(&self, size: usize) -> Box<dyn arrow_buffer::MemoryReservation> {
+        let reservation = MemoryConsumer::new("lake: expression results").register(&self.0);
+        reservation.grow(size);
+        Box::new(Claimed(reservation))
+    }
+
+    fn available(&self) -> isize {
+        let limit = match self.0.memory_limit() {
+            MemoryLimit::Finite(limit) => limit,
+            _ => usize::MAX,
+        };
+        isize::try_from(limit.saturating_sub(self.0.reserved())).unwrap_or(isize::MAX)
+    }
+
+    fn used(&self) -> usize {
+        self.0.reserved()
+    }
+
+    fn capacity(&self) -> usize {
+        match self.0.memory_limit() {
+            MemoryLimit::Finite(limit) => limit,
+            _ => usize::MAX,
+        }
+    }
+}
+
+/// How a function's output grows with its arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Growth {
     /// `repeat(s, n)`: `len(s) × n` bytes.
@@ -36,9 +252,27 @@ enum Growth {
     /// `regexp_replace(s, pattern, replacement …)`: every position may become the replacement
     /// (and its group references copy parts of what matched).
     RegexpReplace,
+    /// `array_to_string(a, delimiter [, null])`: every element as text, each with a delimiter.
+    ArrayToString,
+    /// `array_replace*(a, from, to …)`: every element of `a` may become `to`.
+    ArrayReplace,
+    /// `range(…)`: one 8-byte element per step from start to stop.
+    Range,
+    /// `generate_series(…)`: `range` with its stop.
+    Series,
+    /// `concat_ws(sep, …)`: the arguments, with a separator between each.
+    ConcatWs,
+    /// `to_char(t, format)`: every row formatted, a format item as up to 16 times its text
+    /// (`%+` is `2001-07-08T00:34:60.026490+09:30`).
+    Format,
+    /// Anything that copies its arguments at most `n` times over (`concat`, `array_concat`,
+    /// `upper` (a character may grow to three bytes), …).
+    Copies(i64),
+    /// [`Expand`]: its argument, once per row.
+    Expand,
 }
 
-const BOUNDED: [(&str, Growth); 7] = [
+const GROWTH: [(&str, Growth); 30] = [
     ("repeat", Growth::Repeat),
     ("lpad", Growth::Pad),
     ("rpad", Growth::Pad),
@@ -46,21 +280,307 @@ const BOUNDED: [(&str, Growth); 7] = [
     ("array_resize", Growth::ArrayResize),
     ("replace", Growth::Replace),
     ("regexp_replace", Growth::RegexpReplace),
+    ("array_to_string", Growth::ArrayToString),
+    ("array_replace", Growth::ArrayReplace),
+    ("array_replace_n", Growth::ArrayReplace),
+    ("array_replace_all", Growth::ArrayReplace),
+    ("range", Growth::Range),
+    ("generate_series", Growth::Series),
+    ("concat_ws", Growth::ConcatWs),
+    ("to_char", Growth::Format),
+    ("concat", Growth::Copies(1)),
+    ("array_concat", Growth::Copies(1)),
+    ("array_append", Growth::Copies(1)),
+    ("array_prepend", Growth::Copies(1)),
+    ("make_array", Growth::Copies(1)),
+    ("array_union", Growth::Copies(1)),
+    ("overlay", Growth::Copies(1)),
+    ("map", Growth::Copies(1)),
+    ("make_map", Growth::Copies(1)),
+    ("upper", Growth::Copies(3)),
+    ("lower", Growth::Copies(3)),
+    ("initcap", Growth::Copies(3)),
+    ("translate", Growth::Copies(4)),
+    ("encode", Growth::Copies(2)),
+    // One element (and its offset) per character.
+    ("string_to_array", Growth::Copies(16)),
 ];
 
-/// Replaces `ctx`'s output-multiplying functions with bounded ones.
-pub(super) fn register(ctx: &SessionContext) {
-    for (name, growth) in BOUNDED {
-        if let Ok(inner) = ctx.udf(name) {
-            ctx.register_udf(ScalarUDF::new_from_impl(Bounded { inner, growth }));
+fn growth_of(udf: &ScalarUDF) -> Option<Growth> {
+    if udf.inner().is::<Expand>() {
+        return Some(Growth::Expand);
+    }
+    GROWTH
+        .iter()
+        .find(|(name, _)| udf.name() == *name || udf.aliases().iter().any(|a| a == name))
+        .map(|(_, growth)| *growth)
+}
+
+/// Wraps every scalar function of `ctx` to count against `budget`, and adds the rules that wrap
+/// the calls the planner builds around the registry.
+pub(super) fn register(ctx: &SessionContext, budget: &Budget) {
+    let functions: Vec<Arc<ScalarUDF>> = ctx.state().scalar_functions().values().cloned().collect();
+    let mut done = HashSet::new();
+    for udf in functions {
+        if done.insert(udf.name().to_owned()) {
+            ctx.register_udf(counted(udf, budget));
+        }
+    }
+    ctx.add_analyzer_rule(Arc::new(CountEveryFunction(budget.clone())));
+    ctx.add_optimizer_rule(Arc::new(CountEveryFunction(budget.clone())));
+}
+
+fn counted(inner: Arc<ScalarUDF>, budget: &Budget) -> ScalarUDF {
+    let growth = growth_of(&inner);
+    ScalarUDF::new_from_impl(Counted {
+        inner,
+        growth,
+        budget: budget.clone(),
+    })
+}
+
+/// `expr` with every function call counted against `budget`.
+pub(super) fn count_calls(expr: Expr, budget: &Budget) -> Result<Transformed<Expr>> {
+    expr.transform_up(|e| match e {
+        Expr::ScalarFunction(f) if !f.func.inner().is::<Counted>() => {
+            Ok(Transformed::yes(Expr::ScalarFunction(
+                ScalarFunction::new_udf(Arc::new(counted(f.func, budget)), f.args),
+            )))
+        }
+        other => Ok(Transformed::no(other)),
+    })
+}
+
+fn count_plan(plan: LogicalPlan, budget: &Budget) -> Result<Transformed<LogicalPlan>> {
+    plan.transform_up_with_subqueries(|node| {
+        let projection = matches!(node, LogicalPlan::Projection(_));
+        let mut constants = 0usize;
+        for e in node.expressions() {
+            e.apply(|e| {
+                if let Expr::Literal(v, _) = e {
+                    constants = constants.saturating_add(v.size());
+                }
+                if let Expr::Cast(Cast { field, .. }) | Expr::TryCast(TryCast { field, .. }) = e {
+                    check_fixed_width(field.data_type())?;
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })?;
+        }
+        let large = if constants > EXPANDED_LITERAL_BYTES {
+            EXPANDED_AMONG_MANY_BYTES
+        } else {
+            EXPANDED_LITERAL_BYTES
+        };
+        node.map_expressions(|e| {
+            let e = if projection {
+                expand_projected_constant(e, large, budget)?
+            } else {
+                Transformed::no(e)
+            };
+            e.transform_data(|e| expand_copied_constants(e, large, budget))?
+                .transform_data(|e| count_calls(e, budget))
+        })
+    })
+}
+
+/// Refuses a cast to a type whose every row takes more than [`MAX_FIXED_ROW_BYTES`].
+fn check_fixed_width(data_type: &DataType) -> Result<()> {
+    match fixed_width(data_type) {
+        Some(width) if width > MAX_FIXED_ROW_BYTES => {
+            Err(DataFusionError::ResourcesExhausted(format!(
+                "a cast to {data_type} takes {width} bytes in every row; at most \
+                 {MAX_FIXED_ROW_BYTES} bytes per value of a fixed-size type are allowed"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A constant of at least `large` bytes as a counted call that copies it into the batch's rows.
+fn expand(e: Expr, budget: &Budget) -> Expr {
+    Expr::ScalarFunction(ScalarFunction::new_udf(
+        Arc::new(counted(
+            Arc::new(ScalarUDF::new_from_impl(Expand::new())),
+            budget,
+        )),
+        vec![e],
+    ))
+}
+
+fn is_large(e: &Expr, large: usize) -> bool {
+    matches!(e, Expr::Literal(v, _) if v.size() >= large)
+}
+
+/// A projection's output `expr`, if it is a large constant, copied into its rows by a counted
+/// call (keeping its name).
+fn expand_projected_constant(
+    expr: Expr,
+    large: usize,
+    budget: &Budget,
+) -> Result<Transformed<Expr>> {
+    Ok(match expr {
+        Expr::Alias(mut alias) if is_large(&alias.expr, large) => {
+            alias.expr = Box::new(expand(*alias.expr, budget));
+            Transformed::yes(Expr::Alias(alias))
+        }
+        e if is_large(&e, large) => {
+            let name = e.schema_name().to_string();
+            Transformed::yes(expand(e, budget).alias(name))
+        }
+        e => Transformed::no(e),
+    })
+}
+
+/// Large constants where an expression copies them once per row: an operand of `||`, what a
+/// CASE returns, an aggregate's or a window function's argument. (Comparisons, IN lists and
+/// LIKE patterns keep theirs as one value.)
+fn expand_copied_constants(expr: Expr, large: usize, budget: &Budget) -> Result<Transformed<Expr>> {
+    let wrap = |e: Box<Expr>, changed: &mut bool| -> Box<Expr> {
+        if is_large(&e, large) {
+            *changed = true;
+            Box::new(expand(*e, budget))
+        } else {
+            e
+        }
+    };
+    let wrap_all = |args: Vec<Expr>, changed: &mut bool| -> Vec<Expr> {
+        args.into_iter()
+            .map(|e| *wrap(Box::new(e), changed))
+            .collect()
+    };
+    expr.transform_up(|e| {
+        let mut changed = false;
+        let e = match e {
+            Expr::BinaryExpr(mut b) if b.op == Operator::StringConcat => {
+                b.left = wrap(b.left, &mut changed);
+                b.right = wrap(b.right, &mut changed);
+                Expr::BinaryExpr(b)
+            }
+            Expr::Case(mut c) => {
+                c.when_then_expr = c
+                    .when_then_expr
+                    .into_iter()
+                    .map(|(when, then)| (when, wrap(then, &mut changed)))
+                    .collect();
+                c.else_expr = c.else_expr.map(|e| wrap(e, &mut changed));
+                Expr::Case(c)
+            }
+            Expr::AggregateFunction(mut a) => {
+                a.params.args = wrap_all(a.params.args, &mut changed);
+                Expr::AggregateFunction(a)
+            }
+            Expr::WindowFunction(mut w) => {
+                w.params.args = wrap_all(w.params.args, &mut changed);
+                Expr::WindowFunction(w)
+            }
+            other => other,
+        };
+        Ok(if changed {
+            Transformed::yes(e)
+        } else {
+            Transformed::no(e)
+        })
+    })
+}
+
+/// `lake_expand(v)`: the constant `v` as an array of the batch's rows. What a projection would
+/// do with it anyway, but as a call: counted against the budget before the copy is made. Volatile,
+/// so that it is never folded back into a constant.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Expand {
+    signature: Signature,
+}
+
+impl Expand {
+    fn new() -> Self {
+        Self {
+            signature: Signature::any(1, datafusion::logical_expr::Volatility::Volatile),
         }
     }
 }
 
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Bounded {
+impl ScalarUDFImpl for Expand {
+    fn name(&self) -> &str {
+        "lake_expand"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        arg_types
+            .first()
+            .cloned()
+            .ok_or_else(|| DataFusionError::Internal("lake_expand takes one argument".into()))
+    }
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        args.arg_fields
+            .first()
+            .cloned()
+            .ok_or_else(|| DataFusionError::Internal("lake_expand takes one argument".into()))
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        match args.args.into_iter().next() {
+            Some(ColumnarValue::Scalar(value)) => {
+                Ok(ColumnarValue::Array(value.to_array_of_size(rows)?))
+            }
+            Some(array) => Ok(array),
+            None => Err(DataFusionError::Internal(
+                "lake_expand takes one argument".into(),
+            )),
+        }
+    }
+}
+
+/// Wraps function calls that reach a plan without passing through the session's registry.
+#[derive(Debug)]
+struct CountEveryFunction(Budget);
+
+impl AnalyzerRule for CountEveryFunction {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        Ok(count_plan(plan, &self.0)?.data)
+    }
+
+    fn name(&self) -> &str {
+        "lake_count_every_function"
+    }
+}
+
+impl OptimizerRule for CountEveryFunction {
+    fn name(&self) -> &str {
+        "lake_count_every_function"
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
+        count_plan(plan, &self.0)
+    }
+}
+
+#[derive(Debug)]
+struct Counted {
     inner: Arc<ScalarUDF>,
-    growth: Growth,
+    growth: Option<Growth>,
+    budget: Budget,
+}
+
+// Two wrappers are the same function when they wrap the same one (one budget per session).
+impl PartialEq for Counted {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner == other.inner && self.growth == other.growth
+    }
+}
+
+impl Eq for Counted {}
+
+impl std::hash::Hash for Counted {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.inner.hash(state);
+        self.growth.hash(state);
+    }
 }
 
 /// One value per row, without materialising a scalar once per row (a 200 MB scalar copied
@@ -77,6 +597,13 @@ impl PerRow {
             PerRow::Each(a) => (row < a.len() && !a.is_null(row)).then(|| a.value(row)),
         }
     }
+
+    fn max(&self) -> i64 {
+        match self {
+            PerRow::Same(v) => v.unwrap_or(0),
+            PerRow::Each(a) => arrow::compute::max(a).unwrap_or(0),
+        }
+    }
 }
 
 fn to_i64(array: &ArrayRef) -> Result<Int64Array> {
@@ -87,18 +614,22 @@ fn to_i64(array: &ArrayRef) -> Result<Int64Array> {
         .ok_or_else(|| DataFusionError::Internal("cast to Int64 gave another type".into()))
 }
 
-/// Integers as they are.
+/// Integers as they are (a value that is not one counts as none).
 fn ints(value: &ColumnarValue) -> Result<PerRow> {
     Ok(match value {
-        ColumnarValue::Scalar(s) => PerRow::Same(match s.cast_to(&DataType::Int64)? {
-            datafusion::common::ScalarValue::Int64(v) => v,
+        ColumnarValue::Scalar(s) => PerRow::Same(match s.cast_to(&DataType::Int64) {
+            Ok(ScalarValue::Int64(v)) => v,
             _ => None,
         }),
-        ColumnarValue::Array(a) => PerRow::Each(to_i64(a)?),
+        ColumnarValue::Array(a) => match to_i64(a) {
+            Ok(ints) => PerRow::Each(ints),
+            Err(_) => PerRow::Same(None),
+        },
     })
 }
 
-/// The byte length of each string (or of anything else: its memory, an upper bound).
+/// The bytes of each row's value: a string's or a binary's length, a number's width, a list of
+/// numbers' elements times their width (anything else: the whole array, an upper bound).
 fn sizes(value: &ColumnarValue) -> Result<PerRow> {
     use datafusion::common::ScalarValue as S;
     Ok(match value {
@@ -107,29 +638,312 @@ fn sizes(value: &ColumnarValue) -> Result<PerRow> {
         }
         ColumnarValue::Scalar(s) => PerRow::Same(Some(s.size() as i64)),
         ColumnarValue::Array(a) => match a.data_type() {
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary => {
                 PerRow::Each(to_i64(&arrow::compute::kernels::length::length(a)?)?)
             }
-            // Any row's element is at most the whole array.
-            _ => PerRow::Same(Some(a.get_array_memory_size() as i64)),
+            DataType::List(f) | DataType::LargeList(f)
+                if f.data_type().primitive_width().is_some() =>
+            {
+                let width = f.data_type().primitive_width().unwrap_or(8) as i64;
+                let counts = to_i64(&arrow::compute::kernels::length::length(a)?)?;
+                PerRow::Each(
+                    counts.unary::<_, arrow::datatypes::Int64Type>(|n| n.saturating_mul(width)),
+                )
+            }
+            t => match t.primitive_width() {
+                Some(width) => PerRow::Same(Some(width as i64)),
+                // Any row's element is at most the whole array.
+                None => PerRow::Same(Some(memory(a.as_ref()))),
+            },
         },
     })
 }
 
-impl Bounded {
-    /// The bytes row `row` would produce.
+/// The memory an array's rows take (its slice, not the buffers it shares with other slices).
+fn memory(array: &dyn Array) -> i64 {
+    let data = array.to_data();
+    data.get_slice_memory_size()
+        .unwrap_or_else(|_| array.get_array_memory_size()) as i64
+}
+
+/// The bytes every row of a fixed-size type takes (`None`: the type's rows vary).
+fn fixed_width(data_type: &DataType) -> Option<i64> {
+    match data_type {
+        DataType::FixedSizeBinary(n) => Some(i64::from(*n).max(0)),
+        DataType::FixedSizeList(field, n) => {
+            // Variable-size elements take at least their offsets.
+            let element = fixed_width(field.data_type()).unwrap_or(8).max(1);
+            Some(i64::from(*n).max(0).saturating_mul(element))
+        }
+        t => t.primitive_width().map(|w| w as i64),
+    }
+}
+
+/// What one argument takes, all rows together.
+fn total_size(value: &ColumnarValue) -> i64 {
+    match value {
+        ColumnarValue::Scalar(s) => s.size() as i64,
+        ColumnarValue::Array(a) => memory(a.as_ref()),
+    }
+}
+
+/// The innermost values of a list (of lists …), counted.
+fn leaves(value: &ColumnarValue) -> i64 {
+    fn of(array: &dyn Array) -> i64 {
+        use arrow::array::AsArray;
+        match array.data_type() {
+            DataType::List(_) => of(array.as_list::<i32>().values().as_ref()),
+            DataType::LargeList(_) => of(array.as_list::<i64>().values().as_ref()),
+            DataType::FixedSizeList(..) => of(array.as_fixed_size_list().values().as_ref()),
+            _ => array.len() as i64,
+        }
+    }
+    match value {
+        ColumnarValue::Array(a) => of(a.as_ref()),
+        ColumnarValue::Scalar(ScalarValue::List(a)) => of(a.as_ref()),
+        ColumnarValue::Scalar(ScalarValue::LargeList(a)) => of(a.as_ref()),
+        ColumnarValue::Scalar(ScalarValue::FixedSizeList(a)) => of(a.as_ref()),
+        ColumnarValue::Scalar(_) => 1,
+    }
+}
+
+/// The values of a `range`/`generate_series` argument as integers: numbers as they are, dates
+/// and timestamps in nanoseconds.
+fn series_bound(value: &ColumnarValue) -> Result<PerRow> {
+    let as_nanos = |t: &DataType| {
+        matches!(
+            t,
+            DataType::Date32 | DataType::Date64 | DataType::Timestamp(..)
+        )
+    };
+    let data_type = value.data_type();
+    if !as_nanos(&data_type) {
+        return ints(value);
+    }
+    let nanos = DataType::Timestamp(TimeUnit::Nanosecond, None);
+    let value = value.cast_to(&nanos, None)?;
+    ints(&value.cast_to(&DataType::Int64, None)?)
+}
+
+/// The step an interval takes at least, in nanoseconds, signed as it goes: a month is 28 to 31
+/// days, a day 23 to 25 hours (a daylight saving change). An interval whose parts pull both
+/// ways (`1 month - 28 days`) may not move at all from some dates — DataFusion then loops
+/// forever — and is refused.
+fn step_nanos(value: &ColumnarValue) -> Result<PerRow> {
+    const HOUR: i128 = 3600 * 1_000_000_000;
+    // (months, days, nanoseconds) of an interval.
+    let parts = |s: &ScalarValue| -> Option<(i128, i128, i128)> {
+        match s {
+            ScalarValue::IntervalMonthDayNano(Some(v)) => Some((
+                i128::from(v.months),
+                i128::from(v.days),
+                i128::from(v.nanoseconds),
+            )),
+            ScalarValue::IntervalDayTime(Some(v)) => Some((
+                0,
+                i128::from(v.days),
+                i128::from(v.milliseconds) * 1_000_000,
+            )),
+            ScalarValue::IntervalYearMonth(Some(months)) => Some((i128::from(*months), 0, 0)),
+            _ => None,
+        }
+    };
+    let of = |s: &ScalarValue| -> Result<Option<i64>> {
+        let Some((months, days, nanos)) = parts(s) else {
+            return Ok(None);
+        };
+        // The least a positive part adds and the most a negative part takes away, and the
+        // other way round.
+        let part = |n: i128, least: i128, most: i128| {
+            if n >= 0 {
+                (n * least, n * most)
+            } else {
+                (n * most, n * least)
+            }
+        };
+        let (m_low, m_high) = part(months, 28 * 24 * HOUR, 31 * 24 * HOUR);
+        let (d_low, d_high) = part(days, 23 * HOUR, 25 * HOUR);
+        let (low, high) = (m_low + d_low + nanos, m_high + d_high + nanos);
+        let step = if low > 0 {
+            low
+        } else if high < 0 {
+            high
+        } else if (months, days, nanos) == (0, 0, 0) {
+            0
+        } else {
+            return Err(DataFusionError::Plan(format!(
+                "the interval step {s} may not advance a series (its parts pull both ways); \
+                 use a step whose parts share a sign"
+            )));
+        };
+        Ok(Some(i64::try_from(step).unwrap_or(if step > 0 {
+            i64::MAX
+        } else {
+            i64::MIN
+        })))
+    };
+    Ok(match value {
+        ColumnarValue::Scalar(s) => PerRow::Same(of(s)?),
+        ColumnarValue::Array(a) if matches!(a.data_type(), DataType::Interval(_)) => {
+            let steps: Int64Array = (0..a.len())
+                .map(|i| match ScalarValue::try_from_array(a, i) {
+                    Ok(s) => of(&s),
+                    Err(_) => Ok(None),
+                })
+                .collect::<Result<_>>()?;
+            PerRow::Each(steps)
+        }
+        ColumnarValue::Array(_) => PerRow::Same(None),
+    })
+}
+
+/// How many elements `range(start, stop, step)` has (`inclusive`: `generate_series`).
+fn series_len(start: i64, stop: i64, step: i64, inclusive: bool) -> i64 {
+    if step == 0 {
+        return 0;
+    }
+    let (start, stop, step) = (i128::from(start), i128::from(stop), i128::from(step));
+    let span = stop - start;
+    if span != 0 && (span > 0) != (step > 0) {
+        return 0;
+    }
+    let whole = span / step;
+    let n = if inclusive || span % step == 0 {
+        whole + i128::from(inclusive)
+    } else {
+        whole + 1
+    };
+    i64::try_from(n.max(0)).unwrap_or(i64::MAX)
+}
+
+impl Counted {
+    /// What a call would produce, in bytes, or `None` for a small call of a function that
+    /// produces about as much as it is given (counted once it ran); every value of a
+    /// multiplying function is checked against [`MAX_VALUE_BYTES`].
+    fn predict(&self, args: &ScalarFunctionArgs) -> Result<Option<i64>> {
+        let arg = |i: usize| args.args.get(i);
+        let rows = args.number_rows.max(1);
+        // Scalar arguments of a call that returns an array are copied into each of its rows.
+        let copies = if args
+            .args
+            .iter()
+            .any(|a| matches!(a, ColumnarValue::Array(_)))
+        {
+            rows as i64
+        } else {
+            1
+        };
+        let given = |value: &ColumnarValue| match value {
+            ColumnarValue::Scalar(s) => (s.size() as i64).saturating_mul(copies),
+            ColumnarValue::Array(a) => memory(a.as_ref()),
+        };
+        let all_given = || args.args.iter().map(given).fold(0i64, i64::saturating_add);
+        let elements = |value: &ColumnarValue| match value {
+            ColumnarValue::Scalar(_) => leaves(value).saturating_mul(copies),
+            ColumnarValue::Array(_) => leaves(value),
+        };
+        // A fixed-size result (`arrow_cast(l, 'FixedSizeList(2147483647, Int64)')`) takes its
+        // width in every row, whatever it is given.
+        let fixed = match fixed_width(args.return_field.data_type()) {
+            Some(width) if width > MAX_FIXED_ROW_BYTES => {
+                return Err(self.budget.refused(self.inner.name(), width));
+            }
+            Some(width) => width.saturating_mul(rows as i64),
+            None => 0,
+        };
+        let Some(growth) = self.growth else {
+            // DataFusion's functions turn scalar arguments into arrays of the batch's rows
+            // (`strpos(<1 MB constant>, col)` too): what that takes, beyond what one copy did.
+            let broadcast = if copies > 1 {
+                args.args
+                    .iter()
+                    .filter_map(|a| match a {
+                        ColumnarValue::Scalar(s) => Some((s.size() as i64).saturating_mul(copies)),
+                        ColumnarValue::Array(_) => None,
+                    })
+                    .fold(0i64, i64::saturating_add)
+            } else {
+                0
+            };
+            let total = broadcast.saturating_add(fixed);
+            return Ok((total >= RESERVED_COPY_BYTES).then_some(total));
+        };
+        let modelled = match growth {
+            Growth::Expand => arg(0)
+                .map(total_size)
+                .unwrap_or(0)
+                .saturating_mul(rows as i64),
+            Growth::Copies(n) => all_given().saturating_mul(n),
+            Growth::ConcatWs => {
+                let separator = arg(0).map(sizes).transpose()?.map_or(0, |d| d.max());
+                let separators = separator
+                    .saturating_mul(args.args.len() as i64)
+                    .saturating_mul(copies);
+                all_given().saturating_add(separators)
+            }
+            Growth::ArrayToString => {
+                let elements = arg(0).map(elements).unwrap_or(0);
+                let delimiter = arg(1).map(sizes).transpose()?.map_or(0, |d| d.max());
+                let null = arg(2).map(sizes).transpose()?.map_or(0, |d| d.max());
+                let each = delimiter.saturating_add(null.max(NUMBER_TEXT_BYTES)).max(1);
+                let text = arg(0).map(given).unwrap_or(0);
+                elements.saturating_mul(each).saturating_add(text)
+            }
+            Growth::ArrayReplace => {
+                let elements = arg(0).map(elements).unwrap_or(0);
+                let to = arg(2).map(sizes).transpose()?.map_or(0, |d| d.max()).max(8);
+                let list = arg(0).map(given).unwrap_or(0);
+                elements.saturating_mul(to).saturating_add(list)
+            }
+            _ => {
+                let per_row = self.per_row(args)?;
+                let mut total: i64 = 0;
+                for row in 0..rows {
+                    let bytes = self.bytes(&per_row, row);
+                    if bytes > MAX_VALUE_BYTES {
+                        return Err(self.budget.refused(self.inner.name(), bytes));
+                    }
+                    total = total.saturating_add(bytes);
+                }
+                total
+            }
+        };
+        Ok(Some(modelled.saturating_add(fixed)))
+    }
+
+    /// The bytes row `row` of a per-row model would produce.
     fn bytes(&self, args: &[PerRow], row: usize) -> i64 {
         let at = |i: usize| args.get(i).and_then(|a| a.at(row)).unwrap_or(0).max(0);
+        let signed =
+            |i: usize, default: i64| args.get(i).and_then(|a| a.at(row)).unwrap_or(default);
         match self.growth {
-            Growth::Repeat => at(0).saturating_mul(at(1)),
-            Growth::Pad => at(1).saturating_mul(4),
-            Growth::ArrayRepeat => at(1).saturating_mul(at(0).max(8)),
-            Growth::ArrayResize => at(1).saturating_mul(at(2).max(8)),
-            Growth::Replace => (at(0) + 1).saturating_mul(at(2).max(1)),
+            Some(Growth::Repeat) => at(0).saturating_mul(at(1)),
+            Some(Growth::Pad) => at(1).saturating_mul(4),
+            Some(Growth::Format) => at(1).saturating_mul(16).saturating_add(64),
+            Some(Growth::ArrayRepeat) => at(1).saturating_mul(at(0).max(8)),
+            Some(Growth::ArrayResize) => at(1).saturating_mul(at(2).max(8)),
+            Some(Growth::Replace) => (at(0) + 1).saturating_mul(at(2).max(1)),
             // Group references copy parts of the matched text, whose total is at most `s`:
             // at most `(len(s) + 1) × len(replacement)` for the literals, as much again for
             // the references.
-            Growth::RegexpReplace => (at(0) + 1).saturating_mul(at(2).max(1)).saturating_mul(2),
+            Some(Growth::RegexpReplace) => {
+                (at(0) + 1).saturating_mul(at(2).max(1)).saturating_mul(2)
+            }
+            Some(growth @ (Growth::Range | Growth::Series)) => {
+                let inclusive = growth == Growth::Series;
+                // (start, stop, step); `range(stop)` starts at 0, the step defaults to 1.
+                let (start, stop, step) = match args.len() {
+                    1 => (0, signed(0, 0), 1),
+                    2 => (signed(0, 0), signed(1, 0), 1),
+                    _ => (signed(0, 0), signed(1, 0), signed(2, 1)),
+                };
+                series_len(start, stop, step, inclusive).saturating_mul(8)
+            }
+            _ => 0,
         }
     }
 
@@ -139,46 +953,54 @@ impl Bounded {
         let int_of = |i: usize| arg(i).map(ints).transpose();
         let none = || PerRow::Same(None);
         Ok(match self.growth {
-            Growth::Repeat | Growth::ArrayRepeat => {
+            Some(Growth::Repeat | Growth::ArrayRepeat) => {
                 vec![
                     size_of(0)?.unwrap_or_else(none),
                     int_of(1)?.unwrap_or_else(none),
                 ]
             }
-            Growth::Pad => vec![none(), int_of(1)?.unwrap_or_else(none)],
-            Growth::ArrayResize => vec![
+            Some(Growth::Pad) => vec![none(), int_of(1)?.unwrap_or_else(none)],
+            Some(Growth::Format) => vec![none(), size_of(1)?.unwrap_or_else(none)],
+            Some(Growth::ArrayResize) => vec![
                 none(),
                 int_of(1)?.unwrap_or_else(none),
                 size_of(2)?.unwrap_or(PerRow::Same(Some(8))),
             ],
-            Growth::Replace | Growth::RegexpReplace => vec![
+            Some(Growth::Replace | Growth::RegexpReplace) => vec![
                 size_of(0)?.unwrap_or_else(none),
                 none(),
                 size_of(2)?.unwrap_or_else(none),
             ],
-        })
-    }
-
-    fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
-        let per_row = self.per_row(args)?;
-        let mut total: i64 = 0;
-        for row in 0..args.number_rows.max(1) {
-            let bytes = self.bytes(&per_row, row);
-            total = total.saturating_add(bytes);
-            if bytes > MAX_VALUE_BYTES || total > MAX_CALL_BYTES {
-                return Err(DataFusionError::ResourcesExhausted(format!(
-                    "{}() would produce {} bytes; at most {MAX_VALUE_BYTES} per value and \
-                     {MAX_CALL_BYTES} per call are allowed",
-                    self.inner.name(),
-                    bytes.max(total)
-                )));
+            Some(Growth::Range | Growth::Series) => {
+                let temporal = arg(0).is_some_and(|a| {
+                    matches!(
+                        a.data_type(),
+                        DataType::Date32 | DataType::Date64 | DataType::Timestamp(..)
+                    )
+                });
+                let mut bounds: Vec<PerRow> = args
+                    .args
+                    .iter()
+                    .take(2)
+                    .map(series_bound)
+                    .collect::<Result<_>>()?;
+                if let Some(step) = arg(2) {
+                    bounds.push(match step.data_type() {
+                        DataType::Interval(IntervalUnit::MonthDayNano)
+                        | DataType::Interval(IntervalUnit::DayTime)
+                        | DataType::Interval(IntervalUnit::YearMonth) => step_nanos(step)?,
+                        _ if temporal => PerRow::Same(None),
+                        _ => ints(step)?,
+                    });
+                }
+                bounds
             }
-        }
-        Ok(())
+            _ => Vec::new(),
+        })
     }
 }
 
-impl ScalarUDFImpl for Bounded {
+impl ScalarUDFImpl for Counted {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -194,23 +1016,114 @@ impl ScalarUDFImpl for Bounded {
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
         self.inner.inner().return_type(arg_types)
     }
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        let updated = self.inner.inner().with_updated_config(config)?;
+        Some(counted(Arc::new(updated), &self.budget))
+    }
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
         self.inner.inner().return_field_from_args(args)
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        self.check(&args)?;
-        self.inner.inner().invoke_with_args(args)
+        let name = self.inner.name();
+        let inputs = argument_buffers(&args.args);
+        // A call of scalars makes a scalar: its working copies count too (see SCALAR_COPIES).
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let out = {
+            // Held while the function runs (concurrent work of the query sees it), released
+            // before its result is claimed in its place.
+            let _running = match self.predict(&args)? {
+                Some(bytes) => {
+                    let copies = if scalar { SCALAR_COPIES } else { 1 };
+                    Some(self.budget.reserve(name, bytes, copies)?)
+                }
+                None => None,
+            };
+            self.inner.inner().invoke_with_args(args)?
+        };
+        self.budget.claim(name, &out, &inputs)?;
+        Ok(out)
     }
     fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
         self.inner.inner().simplify(args, info)
     }
+    fn preimage(
+        &self,
+        args: &[Expr],
+        lit_expr: &Expr,
+        info: &SimplifyContext,
+    ) -> Result<datafusion::logical_expr::preimage::PreimageResult> {
+        self.inner.inner().preimage(args, lit_expr, info)
+    }
     fn short_circuits(&self) -> bool {
         self.inner.inner().short_circuits()
+    }
+    fn conditional_arguments<'a>(
+        &self,
+        args: &'a [Expr],
+    ) -> Option<(Vec<&'a Expr>, Vec<&'a Expr>)> {
+        self.inner.inner().conditional_arguments(args)
+    }
+    fn evaluate_bounds(
+        &self,
+        input: &[&datafusion::logical_expr::interval_arithmetic::Interval],
+    ) -> Result<datafusion::logical_expr::interval_arithmetic::Interval> {
+        self.inner.inner().evaluate_bounds(input)
+    }
+    fn propagate_constraints(
+        &self,
+        interval: &datafusion::logical_expr::interval_arithmetic::Interval,
+        inputs: &[&datafusion::logical_expr::interval_arithmetic::Interval],
+    ) -> Result<Option<Vec<datafusion::logical_expr::interval_arithmetic::Interval>>> {
+        self.inner.inner().propagate_constraints(interval, inputs)
+    }
+    fn output_ordering(
+        &self,
+        inputs: &[datafusion::logical_expr::sort_properties::ExprProperties],
+    ) -> Result<datafusion::logical_expr::sort_properties::SortProperties> {
+        self.inner.inner().output_ordering(inputs)
+    }
+    fn preserves_lex_ordering(
+        &self,
+        inputs: &[datafusion::logical_expr::sort_properties::ExprProperties],
+    ) -> Result<bool> {
+        self.inner.inner().preserves_lex_ordering(inputs)
     }
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         self.inner.inner().coerce_types(arg_types)
     }
+    fn struct_field_mapping(
+        &self,
+        literal_args: &[Option<ScalarValue>],
+    ) -> Option<datafusion::logical_expr::StructFieldMapping> {
+        self.inner.inner().struct_field_mapping(literal_args)
+    }
     fn documentation(&self) -> Option<&Documentation> {
         self.inner.inner().documentation()
+    }
+    fn placement(
+        &self,
+        args: &[datafusion::logical_expr::ExpressionPlacement],
+    ) -> datafusion::logical_expr::ExpressionPlacement {
+        self.inner.inner().placement(args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_lengths_follow_range_and_generate_series() {
+        assert_eq!(series_len(0, 10, 1, false), 10);
+        assert_eq!(series_len(0, 10, 1, true), 11);
+        assert_eq!(series_len(0, 10, 3, false), 4);
+        assert_eq!(series_len(0, 10, 3, true), 4);
+        assert_eq!(series_len(10, 0, 1, false), 0);
+        assert_eq!(series_len(10, 0, -2, true), 6);
+        assert_eq!(series_len(0, i64::MAX, 1, true), i64::MAX);
+        assert_eq!(series_len(0, 5, 0, true), 0);
     }
 }

@@ -129,6 +129,15 @@ impl SchemaProvider for NamespaceSchema {
                 false,
                 false,
             )))),
+            // A version the table never had: said so, not "no such table".
+            Err(EngineError::NotFound(_))
+                if version.is_some() && self.engine.open(&table, None).await.is_ok() =>
+            {
+                Err(DataFusionError::Plan(format!(
+                    "version {} of table {table} not found (the table exists)",
+                    version.unwrap_or_default()
+                )))
+            }
             Err(EngineError::NotFound(_)) => Ok(None),
             // One unreadable dataset must not fail information_schema (which opens every
             // table) for all the others: it shows no columns, and reading it says why.

@@ -18,6 +18,9 @@ use super::wire::wire_schema;
 use crate::catalog::NamespaceName;
 use crate::engine::TableRef;
 
+/// Datasets GetTables opens at once for their schemas.
+const OPEN_AT_ONCE: usize = 8;
+
 /// GetPrimaryKeys' result schema (Flight SQL spec). Lance tables have no primary keys.
 pub(super) fn primary_keys_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -52,12 +55,13 @@ pub(super) fn no_primary_keys() -> Response<DoGetStream> {
 }
 
 impl LakeFlightSql {
-    /// GetDbSchemas: the namespaces of the warehouse as it is now.
+    /// GetDbSchemas: the namespaces of the warehouse as it is now (listing it takes one of the
+    /// endpoint's slots and keeps its time limit, like a query).
     pub(super) async fn schemas(
         &self,
         query: CommandGetDbSchemas,
     ) -> Result<Response<DoGetStream>, Status> {
-        let catalog = self.catalog().await?;
+        let catalog = self.governor.governed(self.catalog()).await?;
         let mut builder = query.into_builder();
         for (ns, _) in catalog.tables() {
             builder.append(CATALOG, ns);
@@ -66,27 +70,51 @@ impl LakeFlightSql {
         Ok(single(builder.build(), schema))
     }
 
-    /// GetTables: every table, with its columns' types if asked (`include_schema`).
+    /// GetTables: every table, with its columns' types if asked (`include_schema`: every
+    /// dataset is opened, a few at a time). Like a query, it takes one of the endpoint's slots
+    /// and keeps its time limit.
     pub(super) async fn tables(
         &self,
         query: CommandGetTables,
     ) -> Result<Response<DoGetStream>, Status> {
+        self.governor.governed(self.tables_now(query)).await
+    }
+
+    async fn tables_now(&self, query: CommandGetTables) -> Result<Response<DoGetStream>, Status> {
+        use futures::StreamExt;
         let include_schema = query.include_schema;
         let catalog = self.catalog().await?;
-        let mut builder = query.into_builder();
-        for (ns, tables) in catalog.tables() {
-            for table in tables {
-                let table_schema = if include_schema {
-                    let namespace =
-                        NamespaceName::parse(ns).map_err(|e| Status::internal(e.to_string()))?;
-                    self.columns(&TableRef::new(namespace, table.clone())).await
-                } else {
-                    Arc::new(Schema::empty())
-                };
-                builder
-                    .append(CATALOG, ns, table.as_str(), "TABLE", &table_schema)
-                    .map_err(|e| Status::internal(e.to_string()))?;
+        let mut tables = Vec::new();
+        for (ns, names) in catalog.tables() {
+            let namespace =
+                NamespaceName::parse(ns).map_err(|e| Status::internal(e.to_string()))?;
+            for name in names {
+                tables.push(TableRef::new(namespace.clone(), name.clone()));
             }
+        }
+        let schemas: Vec<SchemaRef> = if include_schema {
+            let opened = tables.iter().cloned().map(|table| {
+                let this = self.clone();
+                async move { this.columns(&table).await }
+            });
+            futures::stream::iter(opened)
+                .buffered(OPEN_AT_ONCE)
+                .collect()
+                .await
+        } else {
+            std::iter::repeat_n(Arc::new(Schema::empty()), tables.len()).collect()
+        };
+        let mut builder = query.into_builder();
+        for (table, table_schema) in tables.iter().zip(&schemas) {
+            builder
+                .append(
+                    CATALOG,
+                    table.namespace.as_str(),
+                    table.table.as_str(),
+                    "TABLE",
+                    table_schema,
+                )
+                .map_err(|e| Status::internal(e.to_string()))?;
         }
         let schema = builder.schema();
         Ok(single(builder.build(), schema))

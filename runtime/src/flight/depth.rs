@@ -5,6 +5,11 @@
 //! and aborted the process. The scan is iterative; the limit leaves a wide margin on the
 //! runtime's worker stacks (see `main.rs`).
 
+use std::collections::HashMap;
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::expr::{Exists, InSubquery, SetComparison};
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
@@ -13,13 +18,35 @@ use tonic::Status;
 /// The deepest expression accepted: operators chained in one expression plus parentheses.
 pub(super) const MAX_EXPRESSION_DEPTH: usize = 2_000;
 
+/// The most relations one query chains: `UNION`s, `INTERSECT`s, `EXCEPT`s, `JOIN`s, tables
+/// listed in a `FROM`, queries of a `WITH` list and nested queries. Each is a level of a
+/// left-deep plan that DataFusion plans, optimizes and runs recursively, with much larger frames
+/// than an expression's.
+pub(super) const MAX_RELATION_CHAIN: usize = 500;
+
+/// The most nodes a plan may have once every shared input is copied: a `WITH` query referenced
+/// twice by the next, forty times over, is one plan of 2^40 nodes to the analyzer, which copies
+/// shared inputs as it rewrites them.
+pub(super) const MAX_PLAN_NODES: usize = 20_000;
+
 /// One parenthesis level: the operators of the current comma-separated item and the deepest
-/// nested level inside it.
+/// nested level inside it; the relations chained at this level and the deepest nesting of the
+/// whole level.
 #[derive(Default)]
 struct Level {
     operators: usize,
     nested: usize,
     deepest: usize,
+    /// Relations chained at this level (not reset between list items).
+    relations: usize,
+    /// Inside a `FROM` list, where a comma joins one more relation.
+    in_from: bool,
+    /// The deepest chain of relations in a nested level.
+    relation_depth: usize,
+    /// The level is a query (a nested one is one more level of the plan).
+    query: bool,
+    /// Inside a `WITH` list, where a comma defines one more query the next may build on.
+    in_with: bool,
 }
 
 impl Level {
@@ -28,6 +55,48 @@ impl Level {
         self.operators = 0;
         self.nested = 0;
     }
+
+    /// Closes the level: the depth of its expressions, and of the relations it and its nested
+    /// levels chain (each nested query is one level deeper in the plan).
+    fn finish(&mut self) -> (usize, usize) {
+        self.close_item();
+        (self.deepest, self.relations + self.relation_depth)
+    }
+}
+
+/// Keywords that chain one more relation onto a query.
+fn chains_a_relation(token: &Token) -> bool {
+    matches!(token, Token::Word(w) if matches!(
+        w.keyword,
+        Keyword::UNION | Keyword::INTERSECT | Keyword::EXCEPT | Keyword::MINUS | Keyword::JOIN
+    ))
+}
+
+/// Keywords that end a `FROM` list.
+fn ends_a_from_list(token: &Token) -> bool {
+    matches!(token, Token::Word(w) if matches!(
+        w.keyword,
+        Keyword::WHERE
+            | Keyword::GROUP
+            | Keyword::HAVING
+            | Keyword::ORDER
+            | Keyword::LIMIT
+            | Keyword::UNION
+            | Keyword::INTERSECT
+            | Keyword::EXCEPT
+            | Keyword::SELECT
+            | Keyword::WINDOW
+            | Keyword::QUALIFY
+    ))
+}
+
+/// How deep a statement nests: its expressions, and the relations its queries chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Depth {
+    pub(super) expression: usize,
+    pub(super) relations: usize,
+    /// The plan steps its `WITH` queries make once each use is a copy (see [`cte_copies`]).
+    pub(super) copies: u64,
 }
 
 /// A token that joins two expressions into one deeper one: every operator-like punctuation
@@ -132,7 +201,13 @@ fn is_separator(token: &Token) -> bool {
 }
 
 /// The nesting depth of `sql`'s expressions (an upper bound on their trees' depth).
+#[cfg(test)]
 pub(super) fn depth(sql: &str) -> Result<usize, Status> {
+    Ok(measure(sql)?.expression)
+}
+
+/// How deep `sql` nests (upper bounds on its trees' depths).
+pub(super) fn measure(sql: &str) -> Result<Depth, Status> {
     let tokens = Tokenizer::new(&GenericDialect {}, sql)
         .tokenize()
         .map_err(|e| Status::invalid_argument(format!("SQL error: {e}")))?;
@@ -143,6 +218,26 @@ pub(super) fn depth(sql: &str) -> Result<usize, Status> {
         {
             level.operators += 1;
         }
+        if let Some(level) = stack.last_mut() {
+            if chains_a_relation(token) || (level.in_from && matches!(token, Token::Comma)) {
+                level.relations += 1;
+            }
+            if level.in_with && matches!(token, Token::Comma) {
+                level.relations += 1;
+            }
+            if keyword(token, Keyword::FROM) {
+                level.in_from = true;
+            } else if ends_a_from_list(token) {
+                level.in_from = false;
+            }
+            if keyword(token, Keyword::WITH) {
+                level.in_with = true;
+                level.relations += 1;
+            } else if keyword(token, Keyword::SELECT) {
+                level.in_with = false;
+                level.query = true;
+            }
+        }
         match token {
             Token::LParen | Token::LBracket => stack.push(Level::default()),
             t if keyword(t, Keyword::CASE) => stack.push(Level::default()),
@@ -150,9 +245,12 @@ pub(super) fn depth(sql: &str) -> Result<usize, Status> {
                 && stack.len() > 1 =>
             {
                 if let Some(mut inner) = stack.pop() {
-                    inner.close_item();
+                    let (deepest, relations) = inner.finish();
                     if let Some(outer) = stack.last_mut() {
-                        outer.nested = outer.nested.max(inner.deepest + 1);
+                        outer.nested = outer.nested.max(deepest + 1);
+                        outer.relation_depth = outer
+                            .relation_depth
+                            .max(relations + usize::from(inner.query));
                     }
                 }
             }
@@ -170,24 +268,172 @@ pub(super) fn depth(sql: &str) -> Result<usize, Status> {
         }
     }
     // Unbalanced input: close what is open (the parser reports the error itself).
-    let mut deepest = 0;
+    let (mut deepest, mut relations) = (0, 0);
     while let Some(mut level) = stack.pop() {
-        level.close_item();
-        deepest = deepest.max(level.deepest);
+        let query = level.query;
+        let (d, r) = level.finish();
+        deepest = deepest.max(d);
+        relations = relations.max(r + usize::from(query && !stack.is_empty()));
         if let Some(outer) = stack.last_mut() {
             outer.nested = outer.nested.max(deepest + 1);
+            outer.relation_depth = outer.relation_depth.max(relations);
         }
     }
-    Ok(deepest)
+    Ok(Depth {
+        expression: deepest,
+        relations,
+        copies: cte_copies(&tokens),
+    })
 }
 
-/// Refuses `sql` whose expressions nest deeper than [`MAX_EXPRESSION_DEPTH`].
+/// An upper bound on the plan steps a statement's `WITH` queries make when each use of one is a
+/// copy of its plan — as DataFusion's SQL planner makes them (it rewrites every referenced
+/// query's plan, copying what it shares): `a{i+1} AS (SELECT … FROM a{i} UNION ALL SELECT …
+/// FROM a{i})`, forty times, is 2^40 steps planned before any plan exists to count. Each query
+/// of a `WITH` list counts one plus the copies of the queries it names; the largest count wins.
+/// Any word spelled like a query's name counts as a use (an upper bound).
+fn cte_copies(tokens: &[Token]) -> u64 {
+    let word = |t: &Token| match t {
+        Token::Word(w) => Some(w.value.to_lowercase()),
+        _ => None,
+    };
+    let mut sizes: HashMap<String, u64> = HashMap::new();
+    // The bodies being read: (name, parenthesis depth inside them, copies so far).
+    let mut open: Vec<(String, usize, u64)> = Vec::new();
+    // Parenthesis depths of the WITH lists being read.
+    let mut lists: Vec<usize> = Vec::new();
+    let (mut depth, mut main, mut largest) = (0usize, 1u64, 0u64);
+    let mut name: Option<String> = None;
+    let (mut expect_name, mut body_next) = (false, false);
+    let significant: Vec<&Token> = tokens
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    for (i, token) in significant.iter().enumerate() {
+        match token {
+            t if keyword(t, Keyword::WITH) => {
+                lists.push(depth);
+                expect_name = true;
+            }
+            t if keyword(t, Keyword::RECURSIVE) && expect_name => {}
+            Token::Word(_) if expect_name => {
+                name = word(token);
+                expect_name = false;
+            }
+            t if keyword(t, Keyword::AS) && name.is_some() => {
+                // `AS [NOT] [MATERIALIZED] (`: the body follows.
+                body_next = significant[i + 1..]
+                    .iter()
+                    .find(|t| !keyword(t, Keyword::NOT) && !keyword(t, Keyword::MATERIALIZED))
+                    .is_some_and(|t| matches!(t, Token::LParen));
+            }
+            Token::LParen => {
+                depth += 1;
+                if body_next {
+                    body_next = false;
+                    if let Some(n) = name.take() {
+                        open.push((n, depth, 1));
+                    }
+                }
+            }
+            Token::RParen => {
+                if open.last().is_some_and(|(_, d, _)| *d == depth)
+                    && let Some((n, _, size)) = open.pop()
+                {
+                    largest = largest.max(size);
+                    sizes.insert(n, size);
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Token::Comma if lists.last() == Some(&depth) => expect_name = true,
+            t if keyword(t, Keyword::SELECT) && lists.last() == Some(&depth) => {
+                lists.pop();
+            }
+            _ => {
+                if let Some(size) = word(token).and_then(|w| sizes.get(&w).copied()) {
+                    match open.last_mut() {
+                        Some((_, _, copies)) => *copies = copies.saturating_add(size),
+                        None => main = main.saturating_add(size),
+                    }
+                }
+            }
+        }
+    }
+    largest.max(main)
+}
+
+/// Refuses a plan of more than [`MAX_PLAN_NODES`] nodes, counting a shared input (a `WITH`
+/// query, a subquery) once per use. Runs on the planner's output, before the analyzer copies
+/// anything; its recursion is as deep as the plan, which [`check`] bounded.
+pub(super) fn check_plan(plan: &LogicalPlan) -> Result<(), Status> {
+    fn nodes(plan: &LogicalPlan, seen: &mut HashMap<usize, usize>) -> usize {
+        let at = std::ptr::from_ref(plan) as usize;
+        if let Some(n) = seen.get(&at) {
+            return *n;
+        }
+        let mut n: usize = 1;
+        for input in plan.inputs() {
+            n = n.saturating_add(nodes(input, seen));
+            if n > MAX_PLAN_NODES {
+                break;
+            }
+        }
+        // Subqueries in expressions (their plans are shared like inputs).
+        let _ = plan.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Exists(Exists { subquery, .. })
+                | Expr::InSubquery(InSubquery { subquery, .. })
+                | Expr::SetComparison(SetComparison { subquery, .. })
+                | Expr::ScalarSubquery(subquery) = e
+                {
+                    n = n.saturating_add(nodes(&subquery.subquery, seen));
+                }
+                Ok(if n > MAX_PLAN_NODES {
+                    TreeNodeRecursion::Stop
+                } else {
+                    TreeNodeRecursion::Continue
+                })
+            })
+        });
+        seen.insert(at, n);
+        n
+    }
+    let n = nodes(plan, &mut HashMap::new());
+    if n > MAX_PLAN_NODES {
+        return Err(too_many_steps());
+    }
+    Ok(())
+}
+
+fn too_many_steps() -> Status {
+    Status::invalid_argument(format!(
+        "the statement plans into more than {MAX_PLAN_NODES} steps once its shared queries \
+         (WITH, subqueries) are counted at each use; split it into several statements"
+    ))
+}
+
+/// Refuses `sql` whose expressions nest deeper than [`MAX_EXPRESSION_DEPTH`], or whose queries
+/// chain more than [`MAX_RELATION_CHAIN`] relations.
 pub(super) fn check(sql: &str) -> Result<(), Status> {
-    let depth = depth(sql)?;
-    if depth > MAX_EXPRESSION_DEPTH {
+    let Depth {
+        expression,
+        relations,
+        copies,
+    } = measure(sql)?;
+    if copies > MAX_PLAN_NODES as u64 {
+        return Err(too_many_steps());
+    }
+    if expression > MAX_EXPRESSION_DEPTH {
         return Err(Status::invalid_argument(format!(
-            "the statement's expressions nest {depth} deep; at most {MAX_EXPRESSION_DEPTH} are \
-             accepted (split the expression, or use IN (…) for long lists of alternatives)"
+            "the statement's expressions nest {expression} deep; at most {MAX_EXPRESSION_DEPTH} \
+             are accepted (split the expression, or use IN (…) for long lists of alternatives)"
+        )));
+    }
+    if relations > MAX_RELATION_CHAIN {
+        return Err(Status::invalid_argument(format!(
+            "the statement chains {relations} relations (UNION, INTERSECT, EXCEPT, JOIN, FROM \
+             lists); at most {MAX_RELATION_CHAIN} are accepted (split it into several \
+             statements)"
         )));
     }
     Ok(())
@@ -239,6 +485,79 @@ mod tests {
             assert!(d >= n, "{} counted {d}", &sql[..40]);
             assert!(check(&sql).is_err());
         }
+    }
+
+    #[test]
+    fn with_queries_count_a_copy_per_use() {
+        let doubling = |n: usize| {
+            format!(
+                "WITH a0 AS (SELECT 1 AS x){} SELECT count(*) FROM a{n}",
+                (1..=n)
+                    .map(|i| format!(
+                        ", a{i} AS (SELECT x FROM a{p} UNION ALL SELECT x FROM a{p})",
+                        p = i - 1
+                    ))
+                    .collect::<String>()
+            )
+        };
+        assert_eq!(measure(&doubling(3)).unwrap().copies, 16);
+        assert!(check(&doubling(10)).is_ok());
+        let e = check(&doubling(40)).unwrap_err();
+        assert!(e.message().contains("steps"), "{e}");
+        // Column lists, MATERIALIZED, nested WITH and a plain query.
+        let sql = "WITH a(x) AS MATERIALIZED (SELECT 1), b AS (WITH c AS (SELECT * FROM a) \
+                   SELECT * FROM c, c) SELECT * FROM b JOIN a ON true";
+        // a = 1, c = 1 + a = 2, b = 1 + 2c = 5, main = 1 + b + a = 7.
+        assert_eq!(measure(sql).unwrap().copies, 7);
+        assert_eq!(measure("SELECT 1").unwrap().copies, 1);
+    }
+
+    #[test]
+    fn chains_of_relations_are_counted() {
+        let n = 2_000;
+        let unions = vec!["SELECT 1"; n].join(" UNION ALL ");
+        let joins = format!(
+            "SELECT * FROM t0{}",
+            (1..n)
+                .map(|i| format!(" JOIN t{i} ON true"))
+                .collect::<String>()
+        );
+        let commas = format!(
+            "SELECT * FROM {}",
+            (0..n)
+                .map(|i| format!("t{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let nested = format!("{}SELECT 1{}", "(SELECT 1 UNION ".repeat(n), ")".repeat(n));
+        // Queries of a WITH list each built on the one before, and derived tables in derived
+        // tables: nothing chained at any one level, as deep a plan as they are many.
+        let with = format!(
+            "WITH a0 AS (SELECT 1 AS x){} SELECT * FROM a{}",
+            (1..n)
+                .map(|i| format!(", a{i} AS (SELECT x FROM a{})", i - 1))
+                .collect::<String>(),
+            n - 1
+        );
+        // (Half as many: as deep in parentheses, within the expression limit.)
+        let derived = format!(
+            "SELECT * FROM {}t{}",
+            "(SELECT * FROM ".repeat(n / 2),
+            ") AS d".repeat(n / 2)
+        );
+        for sql in [unions, joins, commas, nested, with, derived] {
+            let d = measure(&sql).unwrap();
+            assert!(d.relations >= n / 2, "{} counted {d:?}", &sql[..40]);
+            let e = check(&sql).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().contains("relations"), "{e}");
+        }
+        let few = ["SELECT a, b FROM t WHERE x IN (1, 2)"; 10].join(" UNION ");
+        assert_eq!(measure(&few).unwrap().relations, 9);
+        assert!(check(&few).is_ok());
+        // A select list's commas chain nothing.
+        let wide = format!("SELECT {} FROM t", vec!["a"; 5_000].join(", "));
+        assert_eq!(measure(&wide).unwrap().relations, 0);
     }
 
     #[test]

@@ -48,6 +48,11 @@ impl LakeFlightSql {
         // The plan GetFlightInfo made, or (redeemed before, expired, another process) the
         // statement planned again. A planned statement is registered as running from here on,
         // so a CancelFlightInfo while it plans or executes still stops it.
+        // A slot among the endpoint's running statements, held by the stream; planning again
+        // runs in it, and the deadline counts from here. Taken first: a DoGet refused for want
+        // of one leaves the kept plan for its retry.
+        let slot = self.governor.admit()?;
+        let deadline = self.governor.deadline();
         let (kept, run) = match &handle {
             Handle::Planned { id, .. } => {
                 let (kept, run) = self.plans.start(*id)?;
@@ -57,7 +62,11 @@ impl LakeFlightSql {
         };
         let (ctx, plan) = match kept {
             Some(kept) => kept,
-            None => self.plan_read(handle).await?,
+            None => {
+                self.governor
+                    .until(deadline, self.plan_read(handle))
+                    .await?
+            }
         };
         let unbound = plan.get_parameter_fields().map_err(sql::status)?;
         if !unbound.is_empty() {
@@ -68,16 +77,19 @@ impl LakeFlightSql {
                  values (a prepared statement's DoPut)"
             )));
         }
-        // A slot among the endpoint's running queries, held by the stream.
-        let slot = self.governor.admit()?;
-        let deadline = self.governor.limits.query_timeout;
+        let limit = self.governor.limits.query_timeout;
         let schema = wire_schema(plan.schema().as_arrow());
         // EXPLAIN's text names table locations: the server's paths are hidden in it.
         let explain = matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_));
         let redactor = self.redactor().clone();
-        let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
         // Dropping the response stream drops this DataFusion stream: the work stops.
-        let batches = frame.execute_stream().await.map_err(sql::status)?;
+        let batches = self
+            .governor
+            .until(deadline, async {
+                let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
+                frame.execute_stream().await.map_err(sql::status)
+            })
+            .await?;
         let target = schema.clone();
         let wire = batches
             // The gRPC code of what failed (RESOURCE_EXHAUSTED, …), not INTERNAL.
@@ -96,19 +108,20 @@ impl LakeFlightSql {
             Some(run) => PlanCache::cancellable(run, wire),
             None => wire,
         };
-        let wire = with_deadline(wire, deadline, slot);
+        let wire = with_deadline(wire, deadline, limit, slot);
         Ok(Response::new(encode(schema, wire)))
     }
 }
 
-/// `stream`, ended with DEADLINE_EXCEEDED once `limit` has passed (dropping it stops the
-/// query's work); `slot` is released when the stream ends or is dropped.
+/// `stream`, ended with DEADLINE_EXCEEDED at `deadline` (`limit` after the statement was
+/// admitted; dropping it stops the query's work); `slot` is released when the stream ends or is
+/// dropped.
 fn with_deadline(
     stream: FlightBatches,
+    deadline: tokio::time::Instant,
     limit: std::time::Duration,
     slot: tokio::sync::OwnedSemaphorePermit,
 ) -> FlightBatches {
-    let deadline = tokio::time::Instant::now() + limit;
     // The slot is released at the deadline even if the client never reads again (the stream
     // is only polled when it does): a watchdog takes it back.
     let slot = Arc::new(std::sync::Mutex::new(Some(slot)));

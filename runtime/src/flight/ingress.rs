@@ -16,8 +16,23 @@ pub(super) fn check(data: &FlightData) -> Result<(), Status> {
 
 /// [`check`] for one IPC message: its flatbuffer header and its body.
 pub(crate) fn check_message(header: &[u8], body: &[u8]) -> Result<(), Status> {
+    check_message_at(header, |start| {
+        body.get(start..start.saturating_add(8))
+            .and_then(|p| p.try_into().ok())
+    })
+    .map(|_| ())
+}
+
+/// [`check_message`] reading only the 8 bytes that start each compressed buffer, through
+/// `prefix` (an offset within the body; `None` past its end): a file's body need not be read.
+/// Returns what the compressed buffers declare once decompressed (0 for an uncompressed
+/// message: its body is what it takes).
+pub(crate) fn check_message_at(
+    header: &[u8],
+    prefix: impl Fn(usize) -> Option<[u8; 8]>,
+) -> Result<u64, Status> {
     if header.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let bad = |what: String| Status::invalid_argument(format!("bad Arrow IPC message: {what}"));
     let message = root_as_message(header).map_err(|e| bad(e.to_string()))?;
@@ -29,7 +44,7 @@ pub(crate) fn check_message(header: &[u8], body: &[u8]) -> Result<(), Status> {
         _ => None,
     };
     let Some(batch) = batch.filter(|b| b.compression().is_some()) else {
-        return Ok(());
+        return Ok(0);
     };
     let mut total: u64 = 0;
     for buffer in batch.buffers().into_iter().flatten() {
@@ -37,10 +52,8 @@ pub(crate) fn check_message(header: &[u8], body: &[u8]) -> Result<(), Status> {
             continue;
         }
         let start = usize::try_from(buffer.offset()).map_err(|_| bad("negative offset".into()))?;
-        let prefix: [u8; 8] = body
-            .get(start..start.saturating_add(8))
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| bad("a buffer lies outside the message body".into()))?;
+        let prefix: [u8; 8] =
+            prefix(start).ok_or_else(|| bad("a buffer lies outside the message body".into()))?;
         let declared = match i64::from_le_bytes(prefix) {
             // Stored uncompressed: the rest of the buffer.
             -1 => buffer.length().saturating_sub(8) as u64,
@@ -55,7 +68,7 @@ pub(crate) fn check_message(header: &[u8], body: &[u8]) -> Result<(), Status> {
              {MAX_DECODED_BYTES} are accepted per message (send smaller batches)"
         )));
     }
-    Ok(())
+    Ok(total)
 }
 
 /// `stream` with every message checked.

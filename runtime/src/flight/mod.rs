@@ -33,8 +33,8 @@ use tokio::net::TcpListener;
 
 pub use auth::{TokenFileError, Tokens};
 /// Checks one client IPC message before it is decoded (for readers of client files).
-pub(crate) use ingress::check_message as check_ipc_message;
-pub use limits::Limits;
+pub(crate) use ingress::check_message_at as check_ipc_message_at;
+pub use limits::{Limits, SpillDirError};
 pub use service::{LakeFlightSql, Role};
 
 /// Inbound message limit on metadata: DoPut carries data, larger than tonic's 4 MiB default.
@@ -131,6 +131,15 @@ impl Shutdown {
     }
 }
 
+/// Why an endpoint could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Spill(#[from] SpillDirError),
+    #[error("serving failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
 /// The largest HTTP/2 frame a client may send (the protocol's default is 16 KiB).
 const MAX_FRAME: u32 = 1024 * 1024;
 
@@ -144,7 +153,7 @@ pub async fn serve(
     tls: Option<Tls>,
     limits: Limits,
     shutdown: Shutdown,
-) -> Result<(), tonic::transport::Error> {
+) -> Result<(), ServeError> {
     use futures::FutureExt;
     // TCP_NODELAY on every accepted socket: without it Nagle's algorithm holds each response's
     // last small segment until the client's delayed ACK (~40 ms), so every RPC took ~44 ms on
@@ -159,7 +168,7 @@ pub async fn serve(
         role,
         tokens.clone(),
         limits,
-    )))
+    )?))
     .max_decoding_message_size(limit);
     // HTTP/2 frames of up to 1 MiB instead of 16 KiB, and a receive window that grows with the
     // connection's bandwidth-delay product: a client's bulk upload (ingest, COPY's parameters)
@@ -192,7 +201,7 @@ pub async fn serve(
         tokio::time::sleep(grace).await;
     };
     tokio::select! {
-        result = serving => result,
+        result = serving => Ok(result?),
         () = deadline => {
             tracing::warn!(?grace, "grace period over: stopping with calls still in flight");
             Ok(())

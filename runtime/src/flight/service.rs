@@ -18,7 +18,7 @@ use tonic::Status;
 use super::auth::Tokens;
 use super::catalog::LakeCatalog;
 use super::handle::HandleCodec;
-use super::limits::{Governor, Limits};
+use super::limits::{Governor, Limits, SpillDirError};
 use super::plans::PlanCache;
 use super::redact::Redactor;
 use crate::context::{MetadataContext, QueryContext};
@@ -60,20 +60,20 @@ impl std::fmt::Debug for LakeFlightSql {
 }
 
 impl LakeFlightSql {
-    pub fn new(role: Role, tokens: Option<Tokens>, limits: Limits) -> Self {
+    pub fn new(role: Role, tokens: Option<Tokens>, limits: Limits) -> Result<Self, SpillDirError> {
         let read_only = matches!(role, Role::Query { .. });
         let sql_info = Arc::new(super::info::sql_info(read_only));
-        Self {
+        Ok(Self {
             role,
             sql_info,
             type_info: Arc::new(super::types::xdbc_type_info()),
             tokens,
             handles: HandleCodec::new(),
             redactor: Redactor::default(),
-            governor: Governor::new(limits),
+            governor: Governor::new(limits)?,
             plans: Arc::default(),
         }
-        .with_redactor()
+        .with_redactor())
     }
 
     fn with_redactor(mut self) -> Self {
@@ -110,9 +110,14 @@ impl LakeFlightSql {
         }
     }
 
-    /// A DataFusion session for one statement, under this endpoint's memory pool.
+    /// A DataFusion session for one statement, under this endpoint's memory pool and disk.
     pub(super) async fn session(&self) -> Result<SessionContext, Status> {
-        super::sql::session(self.engine(), self.governor.query_pool()).await
+        super::sql::session(
+            self.engine(),
+            self.governor.query_pool(),
+            self.governor.disk(),
+        )
+        .await
     }
 
     /// The warehouse as it is now, listed (for the catalog commands).

@@ -43,7 +43,11 @@ impl LakeFlightSql {
     ) -> Result<FlightInfo, Status> {
         let ctx = self.session().await?;
         let (sql, params) = handle.clone().statement()?;
-        let (schema, handle) = match sql::plan(&ctx, &sql, params).await? {
+        let planned = self
+            .governor
+            .governed(sql::plan(&ctx, &sql, params))
+            .await?;
+        let (schema, handle) = match planned {
             Planned::Read(plan) => {
                 let schema = wire_schema(plan.schema().as_arrow());
                 let id = self.plans.put(ctx.clone(), plan);
@@ -68,7 +72,11 @@ impl LakeFlightSql {
     async fn statement_schema(&self, handle: Handle) -> Result<SchemaRef, Status> {
         let ctx = self.session().await?;
         let (sql, params) = handle.statement()?;
-        match sql::plan(&ctx, &sql, params).await? {
+        match self
+            .governor
+            .governed(sql::plan(&ctx, &sql, params))
+            .await?
+        {
             Planned::Read(plan) => Ok(wire_schema(plan.schema().as_arrow())),
             Planned::Write(_) => self.writer().map(|_| rows_schema()),
         }
@@ -121,7 +129,7 @@ impl LakeFlightSql {
     }
 
     /// A statement handle's read, planned in a new session; a write is refused (it ran when
-    /// GetFlightInfo planned it).
+    /// GetFlightInfo planned it). The caller holds a slot and keeps the deadline.
     pub(super) async fn plan_read(
         &self,
         handle: Handle,
@@ -143,7 +151,11 @@ impl LakeFlightSql {
         query: ActionCreatePreparedStatementRequest,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let ctx = self.session().await?;
-        let (schema, parameters) = match sql::plan(&ctx, &query.query, None).await? {
+        let planned = self
+            .governor
+            .governed(sql::plan(&ctx, &query.query, None))
+            .await?;
+        let (schema, parameters) = match planned {
             Planned::Read(plan) => (
                 wire_schema(plan.schema().as_arrow()),
                 super::bind::parameter_schema(&plan)?,

@@ -8,8 +8,36 @@ use crate::engine::EngineError;
 use crate::stage::StageError;
 use crate::write::WriteError;
 
+/// The memory refusal somewhere in `e`'s sources (a function over the statement's budget while
+/// Lance scans), if any.
+fn exhausted(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(e);
+    while let Some(error) = next {
+        if let Some(datafusion::error::DataFusionError::ResourcesExhausted(message)) =
+            error.downcast_ref::<datafusion::error::DataFusionError>()
+        {
+            return Some(message.clone());
+        }
+        next = error.source();
+    }
+    // Lance keeps a DataFusion error of its scans as text only.
+    const EXHAUSTED: &str = "Resources exhausted: ";
+    let text = e.to_string();
+    let at = text.find(EXHAUSTED)?;
+    let message = &text[at + EXHAUSTED.len()..];
+    // … without the source location Lance appends (a path of the build machine).
+    Some(match message.rsplit_once(", ") {
+        Some((message, location)) if location.contains(".rs:") => message.to_owned(),
+        _ => message.to_owned(),
+    })
+}
+
 pub(super) fn engine(e: EngineError) -> Status {
+    if let Some(message) = exhausted(&e) {
+        return Status::resource_exhausted(message);
+    }
     match e {
+        EngineError::Deadline { .. } => Status::deadline_exceeded(e.to_string()),
         EngineError::NotFound(t) => Status::not_found(format!("table {t} does not exist")),
         EngineError::AlreadyExists(t) => {
             Status::already_exists(format!("table {t} already exists"))

@@ -81,7 +81,9 @@ impl LakeFlightSql {
                 metadata.insert(ctx, &table, rows).await
             }
             Write::Delete { table, predicate } => {
-                metadata.delete(&table, predicate.as_deref()).await
+                metadata
+                    .delete(&table, predicate, self.governor.limits.query_timeout)
+                    .await
             }
             Write::CopyInto(copy) => {
                 metadata
@@ -96,7 +98,7 @@ impl LakeFlightSql {
     pub(super) async fn update(&self, query: &str) -> Result<i64, Status> {
         self.writer()?;
         let ctx = self.session().await?;
-        match sql::plan(&ctx, query, None).await? {
+        match self.governor.governed(sql::plan(&ctx, query, None)).await? {
             Planned::Write(write) => self.write(&ctx, write).await,
             Planned::Read(_) => Err(not_an_update()),
         }
@@ -121,9 +123,13 @@ impl LakeFlightSql {
         // Rows sent with the update are the ones to write; a handle's own row (bound by an
         // earlier DoPut, as ADBC does before `executemany`) counts only when none are sent.
         let planned = if rows.is_empty() {
-            sql::plan(&ctx, &sql, params).await?
+            self.governor
+                .governed(sql::plan(&ctx, &sql, params))
+                .await?
         } else {
-            sql::plan_rows(&ctx, &sql, rows).await?
+            self.governor
+                .governed(sql::plan_rows(&ctx, &sql, rows))
+                .await?
         };
         match planned {
             Planned::Write(write) => self.write(&ctx, write).await,

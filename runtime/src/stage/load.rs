@@ -5,13 +5,16 @@
 //! dictionaries of the type); anything else is a schema mismatch naming every offending column,
 //! decided before a single row is written.
 
-use std::io::Cursor;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 use bytes::Bytes;
 use lake_common::stage::StagePath;
+
+use super::file::RangeFile;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileFormat {
@@ -67,12 +70,18 @@ pub enum LoadError {
 /// A file's batches, decoded as they are pulled.
 pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch, LoadError>> + Send>;
 
-/// Checks the file at `path` (its bytes) against `target` — by name, losslessly — and returns
-/// its batches with exactly `target`'s schema, decoded lazily: a file's schema is known (and
-/// refused) before a row is decoded, and its rows need not all be in memory at once.
-pub fn batches(
+/// The largest Arrow IPC message (header or body) read from a stage file: arrow allocates what
+/// a message declares before reading it.
+const MAX_IPC_MESSAGE: u64 = crate::flight::MAX_DECODING as u64;
+
+/// Checks the file at `path` against `target` — by name, losslessly — and returns its batches
+/// with exactly `target`'s schema, decoded lazily from `file` (read in ranges, see
+/// [`super::file`]): a file's schema is known (and refused) before a row is decoded, every size
+/// it declares is checked before a decoder allocates it, and its rows are never all in memory.
+/// Blocking: call it, and pull the batches, off the async workers.
+pub(crate) fn batches(
     path: &StagePath,
-    bytes: Bytes,
+    file: RangeFile,
     format: Option<FileFormat>,
     target: &SchemaRef,
 ) -> Result<Batches, LoadError> {
@@ -96,15 +105,20 @@ pub fn batches(
                 .map_err(|e| decode(&e))
         }
     };
+    let is_ipc_file = |file: &RangeFile| {
+        file.range(0, 6)
+            .is_ok_and(|magic| magic.as_ref() == b"ARROW1")
+    };
     match format {
         FileFormat::Parquet => {
+            super::pages::footer(&file).map_err(|e| decode(&e))?;
             let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-                bytes.clone(),
+                file.clone(),
             )
             .map_err(|e| decode(&e))?;
             conform(path, reader.schema().as_ref(), target)?;
             super::pages::check(
-                &bytes,
+                &file,
                 reader.metadata(),
                 super::pages::PageLimits::default(),
             )
@@ -114,17 +128,18 @@ pub fn batches(
         }
         // The file format starts with "ARROW1"; anything else is read as a stream. Every
         // message is checked first: arrow allocates what a file declares (block sizes in the
-        // footer, decompressed lengths) before reading it, and a failed allocation aborts.
-        FileFormat::Arrow if bytes.starts_with(b"ARROW1") => {
-            check_ipc_file(&bytes).map_err(|e| decode(&e))?;
-            let reader = arrow::ipc::reader::FileReader::try_new(Cursor::new(bytes), None)
+        // footer, message lengths, decompressed lengths) before reading it, and a failed
+        // allocation aborts.
+        FileFormat::Arrow if is_ipc_file(&file) => {
+            check_ipc_file(&file).map_err(|e| decode(&e))?;
+            let reader = arrow::ipc::reader::FileReader::try_new(file.cursor(0), None)
                 .map_err(|e| decode(&e))?;
             conform(path, reader.schema().as_ref(), target)?;
             Ok(Box::new(reader.map(cast)))
         }
         FileFormat::Arrow => {
-            check_ipc_stream(&bytes, 0).map_err(|e| decode(&e))?;
-            let reader = arrow::ipc::reader::StreamReader::try_new(Cursor::new(bytes), None)
+            check_ipc_stream(&file, 0).map_err(|e| decode(&e))?;
+            let reader = arrow::ipc::reader::StreamReader::try_new(file.cursor(0), None)
                 .map_err(|e| decode(&e))?;
             conform(path, reader.schema().as_ref(), target)?;
             Ok(Box::new(reader.map(cast)))
@@ -132,9 +147,10 @@ pub fn batches(
         FileFormat::Csv => {
             // CSV has names but no types: the header must name the table's columns, in order,
             // and the values are parsed as the table's types.
+            let read = Arc::new(AtomicU64::new(0));
             let (header, _) = arrow::csv::reader::Format::default()
                 .with_header(true)
-                .infer_schema(Cursor::new(&bytes), Some(0))
+                .infer_schema(CsvInput::new(file.cursor(0), read.clone()), Some(0))
                 .map_err(|e| decode(&e))?;
             let names: Vec<&str> = header.fields().iter().map(|f| f.name().as_str()).collect();
             let expected: Vec<&str> = target.fields().iter().map(|f| f.name().as_str()).collect();
@@ -146,118 +162,220 @@ pub fn batches(
                     )],
                 });
             }
+            read.store(0, Ordering::Relaxed);
             let reader = arrow::csv::ReaderBuilder::new(target.clone())
                 .with_header(true)
-                .build(Cursor::new(bytes))
+                .build(CsvInput::new(file.cursor(0), read.clone()))
                 .map_err(|e| decode(&e))?;
-            Ok(Box::new(reader.map(move |b| b.map_err(|e| decode(&e)))))
+            Ok(Box::new(reader.map(move |b| {
+                // A batch decoded: what it read is no longer held.
+                read.store(0, Ordering::Relaxed);
+                b.map_err(|e| decode(&e))
+            })))
         }
     }
 }
 
-/// One encapsulated IPC message, within the file's bytes.
-struct IpcMessage<'a> {
-    header: &'a [u8],
-    body: &'a [u8],
-    /// Where the next message starts.
-    next: usize,
+/// The most bytes of CSV one batch of rows may span: the decoder holds a batch's records (a
+/// single line of 10 GB, too) in memory until the batch is complete.
+const MAX_CSV_BATCH_BYTES: u64 = 256 << 20;
+
+/// A CSV file's bytes, refused past [`MAX_CSV_BATCH_BYTES`] since the last batch.
+struct CsvInput<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
 }
 
-/// The header (flatbuffer) and body of the encapsulated message at `at`, both within `bytes`;
-/// `None` at the end-of-stream marker.
-fn ipc_message(bytes: &[u8], at: usize) -> Result<Option<IpcMessage<'_>>, String> {
-    let word = |i: usize| -> Option<i32> {
-        Some(i32::from_le_bytes(
-            bytes.get(i..i.checked_add(4)?)?.try_into().ok()?,
-        ))
+impl<R> CsvInput<R> {
+    fn new(inner: R, read: Arc<AtomicU64>) -> Self {
+        Self { inner, read }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for CsvInput<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(out)?;
+        let total = self.read.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if total > MAX_CSV_BATCH_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "a batch of CSV records spans more than {MAX_CSV_BATCH_BYTES} bytes (a \
+                     record that long is not loaded)"
+                ),
+            ));
+        }
+        Ok(n)
+    }
+}
+
+/// One encapsulated IPC message of a file: its header (flatbuffer) and where its body lies.
+struct IpcMessage {
+    header: Bytes,
+    body_at: u64,
+    body_len: u64,
+    /// Where the next message starts.
+    next: u64,
+}
+
+/// The encapsulated message at `at`, its header and body within the file and the limits;
+/// `None` at the end-of-stream marker or the end of the file.
+fn ipc_message(file: &RangeFile, at: u64) -> Result<Option<IpcMessage>, String> {
+    let size = file.size();
+    let word = |i: u64| -> Result<Option<i32>, String> {
+        if i.saturating_add(4) > size {
+            return Ok(None);
+        }
+        let b = file.range(i, 4).map_err(|e| e.to_string())?;
+        Ok(Some(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
     };
-    let Some(mut len) = word(at) else {
+    let Some(mut len) = word(at)? else {
         return Ok(None);
     };
     let mut header_at = at + 4;
     if len == -1 {
         // The continuation marker, then the length.
-        len = word(header_at).unwrap_or(0);
+        len = word(header_at)?.unwrap_or(0);
         header_at += 4;
     }
     if len == 0 {
         return Ok(None);
     }
-    let len = usize::try_from(len).map_err(|_| format!("a negative message length at {at}"))?;
-    let header = bytes
-        .get(header_at..header_at.saturating_add(len))
-        .ok_or_else(|| format!("a message at {at} runs past the end of the file"))?;
-    let message = arrow::ipc::root_as_message(header).map_err(|e| e.to_string())?;
+    let len = u64::try_from(len).map_err(|_| format!("a negative message length at {at}"))?;
+    if len > MAX_IPC_MESSAGE || header_at.saturating_add(len) > size {
+        return Err(format!(
+            "a message header of {len} bytes at {at}: past the end of the file or above the \
+             {MAX_IPC_MESSAGE} allowed"
+        ));
+    }
+    let header = file
+        .range(header_at, len as usize)
+        .map_err(|e| e.to_string())?;
+    let message = arrow::ipc::root_as_message(&header).map_err(|e| e.to_string())?;
     let body_at = header_at + len;
-    let body_len = usize::try_from(message.bodyLength())
+    let body_len = u64::try_from(message.bodyLength())
         .map_err(|_| format!("a negative body length at {at}"))?;
-    let body = bytes
-        .get(body_at..body_at.saturating_add(body_len))
-        .ok_or_else(|| format!("a message body at {at} runs past the end of the file"))?;
+    if body_len > MAX_IPC_MESSAGE || body_at.saturating_add(body_len) > size {
+        return Err(format!(
+            "a message body of {body_len} bytes at {at}: past the end of the file or above the \
+             {MAX_IPC_MESSAGE} allowed (write smaller batches)"
+        ));
+    }
     Ok(Some(IpcMessage {
         header,
-        body,
+        body_at,
+        body_len,
         next: body_at + body_len,
     }))
 }
 
-fn check_one(header: &[u8], body: &[u8]) -> Result<(), String> {
-    crate::flight::check_ipc_message(header, body).map_err(|s| s.message().to_owned())
+/// The declared sizes of one message, reading only its compressed buffers' first bytes.
+/// Delta dictionaries (appended to the dictionary they extend, never replacing it) add up in
+/// `deltas` against [`MAX_IPC_MESSAGE`], as the decoder holds them together.
+fn check_one(file: &RangeFile, message: &IpcMessage, deltas: &mut u64) -> Result<(), String> {
+    let decoded = crate::flight::check_ipc_message_at(&message.header, |offset| {
+        let offset = offset as u64;
+        if offset.saturating_add(8) > message.body_len {
+            return None;
+        }
+        let b = file.range(message.body_at + offset, 8).ok()?;
+        b.as_ref().try_into().ok()
+    })
+    .map_err(|s| s.message().to_owned())?;
+    let delta = arrow::ipc::root_as_message(&message.header)
+        .ok()
+        .and_then(|m| m.header_as_dictionary_batch())
+        .is_some_and(|d| d.isDelta());
+    if delta {
+        *deltas = deltas.saturating_add(decoded.max(message.body_len));
+        if *deltas > MAX_IPC_MESSAGE {
+            return Err(format!(
+                "delta dictionaries of more than {MAX_IPC_MESSAGE} bytes in all (write the file \
+                 without dictionary deltas)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every message of an IPC stream from `at` on.
-fn check_ipc_stream(bytes: &[u8], mut at: usize) -> Result<(), String> {
-    while let Some(message) = ipc_message(bytes, at)? {
-        check_one(message.header, message.body)?;
+fn check_ipc_stream(file: &RangeFile, mut at: u64) -> Result<(), String> {
+    let mut deltas = 0;
+    while let Some(message) = ipc_message(file, at)? {
+        check_one(file, &message, &mut deltas)?;
         at = message.next;
     }
     Ok(())
 }
 
 /// Every block an IPC file's footer names (what its reader will read), within the file.
-fn check_ipc_file(bytes: &[u8]) -> Result<(), String> {
-    let n = bytes.len();
-    let trailer = bytes
-        .get(n.saturating_sub(10)..)
-        .filter(|t| t.len() == 10 && t.ends_with(b"ARROW1"))
-        .ok_or("no Arrow file footer")?;
-    let footer_len = usize::try_from(i32::from_le_bytes(
-        trailer[..4].try_into().map_err(|_| "no footer length")?,
-    ))
+fn check_ipc_file(file: &RangeFile) -> Result<(), String> {
+    let n = file.size();
+    if n < 10 {
+        return Err("no Arrow file footer".into());
+    }
+    let trailer = file.range(n - 10, 10).map_err(|e| e.to_string())?;
+    if !trailer.ends_with(b"ARROW1") {
+        return Err("no Arrow file footer".into());
+    }
+    let footer_len = u64::try_from(i32::from_le_bytes([
+        trailer[0], trailer[1], trailer[2], trailer[3],
+    ]))
     .map_err(|_| "a negative footer length")?;
-    let footer = bytes
-        .get(n.saturating_sub(10).saturating_sub(footer_len)..n - 10)
-        .filter(|f| f.len() == footer_len)
-        .ok_or("the footer runs past the start of the file")?;
-    let footer = arrow::ipc::root_as_footer(footer).map_err(|e| e.to_string())?;
+    if footer_len > MAX_IPC_MESSAGE || footer_len > n - 10 {
+        return Err("the footer runs past the start of the file".into());
+    }
+    let footer = file
+        .range(n - 10 - footer_len, footer_len as usize)
+        .map_err(|e| e.to_string())?;
+    let footer = arrow::ipc::root_as_footer(&footer).map_err(|e| e.to_string())?;
     let blocks = footer
         .dictionaries()
         .into_iter()
         .flatten()
         .chain(footer.recordBatches().into_iter().flatten());
+    let mut deltas = 0;
+    let mut spans = Vec::new();
     for block in blocks {
-        let offset = usize::try_from(block.offset()).map_err(|_| "a negative block offset")?;
-        let meta = usize::try_from(block.metaDataLength()).map_err(|_| "a negative block")?;
-        let body = usize::try_from(block.bodyLength()).map_err(|_| "a negative block body")?;
+        let offset = u64::try_from(block.offset()).map_err(|_| "a negative block offset")?;
+        let meta = u64::try_from(block.metaDataLength()).map_err(|_| "a negative block")?;
+        let body = u64::try_from(block.bodyLength()).map_err(|_| "a negative block body")?;
         let end = offset
             .checked_add(meta)
             .and_then(|e| e.checked_add(body))
-            .filter(|e| *e <= n)
-            .ok_or("a block lies outside the file")?;
-        let message = ipc_message(&bytes[..end], offset)?.ok_or("a block holds no message")?;
-        check_one(message.header, message.body)?;
+            .filter(|e| *e <= n && meta <= MAX_IPC_MESSAGE && body <= MAX_IPC_MESSAGE)
+            .ok_or("a block lies outside the file or above the size allowed")?;
+        let message = ipc_message(file, offset)?.ok_or("a block holds no message")?;
+        // The reader slices the block by the footer's lengths, not the message's own: they
+        // must agree, or it decodes bytes other than the ones checked.
+        if message.body_at != offset + meta || message.body_len != body {
+            return Err("a block's lengths disagree with its message".into());
+        }
+        check_one(file, &message, &mut deltas)?;
+        spans.push((offset, end));
+    }
+    // Each block is read once: listed twice (or overlapping), a dictionary is decoded again.
+    spans.sort_unstable();
+    if spans.windows(2).any(|w| w[1].0 < w[0].1) {
+        return Err("the footer lists overlapping blocks".into());
     }
     Ok(())
 }
 
-/// Every batch of the file at `path`, in memory (see [`batches`]).
+/// Every batch of `bytes` (a whole file in memory; see [`batches`]).
 pub fn load(
     path: &StagePath,
     bytes: Bytes,
     format: Option<FileFormat>,
     target: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, LoadError> {
-    batches(path, bytes, format, target)?.collect()
+    batches(
+        path,
+        RangeFile::new(std::sync::Arc::new(bytes)),
+        format,
+        target,
+    )?
+    .collect()
 }
 
 /// Every problem between a file's schema and the table's, or none.

@@ -1,8 +1,10 @@
 //! The managed stage as the metadata role sees it: the store `COPY INTO` reads files from.
 //! (Query holds only the descriptor; SDKs move stage bytes themselves.)
 
+mod file;
 mod load;
 mod pages;
+mod thrift;
 
 use std::sync::Arc;
 
@@ -14,7 +16,9 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::aws::{AwsConnection, AwsError};
 
-pub use load::{Batches, FileFormat, LoadError, batches, load};
+pub(crate) use file::RangeFile;
+pub(crate) use load::batches;
+pub use load::{Batches, FileFormat, LoadError, load};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
@@ -137,6 +141,26 @@ impl Stage {
         }
         found.sort();
         Ok(found)
+    }
+
+    /// One file, read in ranges as its decoder asks (see `file.rs`).
+    pub(crate) async fn open_file(&self, path: &StagePath) -> Result<RangeFile, StageError> {
+        let location = self.location(path);
+        match self.store.head(&location).await {
+            Ok(meta) => Ok(RangeFile::new(Arc::new(file::StageObject::new(
+                self.store.clone(),
+                location,
+                meta,
+                tokio::runtime::Handle::current(),
+            )))),
+            Err(object_store::Error::NotFound { .. }) => {
+                Err(StageError::NotFound(path.to_string()))
+            }
+            Err(source) => Err(StageError::Read {
+                path: path.to_string(),
+                source,
+            }),
+        }
     }
 
     /// One whole file.

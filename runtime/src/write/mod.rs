@@ -128,16 +128,15 @@ impl MetadataContext {
         Ok(self.engine().append_stream(table, rows).await?.rows)
     }
 
-    /// `DELETE FROM table [WHERE predicate]`, one commit. Returns the rows deleted.
+    /// `DELETE FROM table [WHERE predicate]`, one commit; finding the rows may take `limit`.
+    /// Returns the rows deleted.
     pub async fn delete(
         &self,
         table: &TableRef,
-        predicate: Option<&str>,
+        predicate: Option<datafusion::logical_expr::Expr>,
+        limit: std::time::Duration,
     ) -> Result<u64, WriteError> {
-        let committed = self
-            .engine()
-            .delete(table, predicate.unwrap_or("true"))
-            .await?;
+        let committed = self.engine().delete(table, predicate, limit).await?;
         Ok(committed.rows)
     }
 
@@ -183,13 +182,26 @@ impl MetadataContext {
             .registry()
             .get_table(&table.namespace, &table.table)
             .await?;
-        // Every file's schema is checked before a row is written, so a bad file commits
-        // nothing; then the files are decoded as the write pulls them (off the async workers),
-        // so memory holds a few batches, not the files' contents.
+        // Every file's schema and declared sizes are checked before a row is written, so a bad
+        // file commits nothing; then the files are decoded as the write pulls them, read in
+        // ranges (off the async workers), so memory holds a few batches, not the files.
         let mut files = Vec::new();
         for file in self.stage().files(path).await? {
-            let bytes = self.stage().read(&file).await?;
-            files.push(stage::batches(&file, bytes, format, &entry.schema)?);
+            let ranged = self.stage().open_file(&file).await?;
+            let schema = entry.schema.clone();
+            let name = file.to_string();
+            let shown = format
+                .or_else(|| FileFormat::from_path(&file))
+                .unwrap_or(FileFormat::Parquet);
+            let opened =
+                tokio::task::spawn_blocking(move || stage::batches(&file, ranged, format, &schema))
+                    .await
+                    .map_err(|_| stage::LoadError::Decode {
+                        path: name,
+                        format: shown,
+                        message: "the decoder failed on the file's contents".into(),
+                    })??;
+            files.push(opened);
         }
         let rows = futures::stream::iter(files).map(decoded).flatten();
         let rows = crate::engine::row_stream(entry.schema.clone(), rows);

@@ -51,6 +51,16 @@ public class JdbcConformance {
         }
     }
 
+    /** An error whose message (or a cause's) says `what`: the failure expected, not another. */
+    static void mentions(Throwable e, String what) {
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (String.valueOf(t.getMessage()).toLowerCase().contains(what)) {
+                return;
+            }
+        }
+        throw new AssertionError("failed without saying \"" + what + "\": " + e);
+    }
+
     static String url(String endpoint, String token) {
         String url = "jdbc:arrow-flight-sql://" + endpoint.replaceFirst("^grpc://", "") + "?useEncryption=false";
         return token == null ? url : url + "&token=" + token;
@@ -212,7 +222,8 @@ public class JdbcConformance {
                 scalar(query, "SELECT count(*) FROM " + ns + ".\"batch@v3\"");
                 throw new AssertionError("the batch made more than one version");
             } catch (SQLException expected) {
-                // one version
+                // One version: refused as a version that does not exist, not for another reason.
+                mentions(expected, "version");
             }
         });
 
@@ -354,7 +365,8 @@ public class JdbcConformance {
                 scalar(query, "SELECT count(*) FROM " + t);
                 throw new AssertionError("the dropped table is still readable");
             } catch (SQLException expected) {
-                // gone
+                // Gone: not found, not some other failure.
+                mentions(expected, "not found");
             }
         });
     }

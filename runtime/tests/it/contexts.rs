@@ -30,7 +30,12 @@ async fn cloud_round_trip_reads_through_the_query_plan_only() {
         .await
         .unwrap();
     assert_eq!((committed.version, committed.rows), (2, 100));
-    let deleted = metadata.engine().delete(&t, "id < 10").await.unwrap();
+    let id_below_10 = datafusion::prelude::col("id").lt(datafusion::prelude::lit(10i64));
+    let deleted = metadata
+        .engine()
+        .delete(&t, Some(id_below_10), std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
     assert_eq!((deleted.version, deleted.rows), (3, 10));
 
     let entry = metadata

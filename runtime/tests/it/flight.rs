@@ -5,7 +5,7 @@ use std::process::Command;
 
 use lake_testkit::python;
 
-use crate::support::LocalLake;
+use crate::support::{LocalLake, test_certificates};
 
 #[test]
 fn adbc_and_pyarrow_flight_against_lake_local() {
@@ -233,71 +233,6 @@ fn ten_million_rows_stream_without_holding_the_result() {
         growth < RESULT_BYTES,
         "the server's peak memory grew {growth} bytes, more than the whole {RESULT_BYTES}-byte result"
     );
-}
-
-/// A CA and a certificate for 127.0.0.1 signed by it, made with the openssl CLI.
-fn test_certificates(dir: &std::path::Path) {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl (Debian package openssl; scripts/bootstrap installs it)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=lake-test-ca",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "1",
-        "-extfile",
-        "ext.cnf",
-    ]);
 }
 
 const TLS_CLIENT: &str = r#"

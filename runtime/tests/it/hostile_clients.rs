@@ -14,15 +14,32 @@ use prost::Message;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod budgets;
 mod limits;
 
 use limits::IMPATIENT;
 
+/// `lake sql`, the statement on its command line or, when long, on its standard input.
 fn lake_sql(endpoint: &str, sql: &str) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lake"))
-        .args(["sql", endpoint, sql, "--format", "csv"])
-        .output()
+    let long = sql.len() > 64 * 1024;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args([
+            "sql",
+            endpoint,
+            if long { "-" } else { sql },
+            "--format",
+            "csv",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let text = if long { sql.to_owned() } else { String::new() };
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, text.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -53,3 +53,59 @@ fn aliased_tables_stop_the_process_before_it_connects() {
         "{stderr}"
     );
 }
+
+/// `lake serve` never serves openly by omission: without a token file it refuses to start,
+/// before it opens anything, unless `LAKE_AUTH=none` says so (and it warns).
+#[test]
+fn serve_refuses_to_start_without_authentication() {
+    use std::io::BufRead;
+    let data = tempfile::tempdir().unwrap();
+    let warehouse = data.path().join("lake");
+    let serve = |extra: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lake"));
+        cmd.arg("serve");
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("LAKE_")) {
+            cmd.env_remove(k);
+        }
+        cmd.env("LAKE_ROLE", "metadata")
+            .env("LAKE_WAREHOUSE", &warehouse)
+            .env("LAKE_FLIGHT_ADDR", "127.0.0.1:0")
+            .envs(extra.iter().copied());
+        cmd
+    };
+    let out = serve(&[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it served without authentication");
+    assert!(
+        stderr.contains("LAKE_TOKEN_FILE") && stderr.contains("LAKE_AUTH=none"),
+        "{stderr}"
+    );
+    assert!(
+        !warehouse.exists(),
+        "it opened the warehouse before refusing"
+    );
+
+    let out = serve(&[("LAKE_AUTH", "none"), ("LAKE_TOKEN_FILE", "/x")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LAKE_AUTH"));
+
+    let mut child = serve(&[("LAKE_AUTH", "none")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("metadata grpc://127.0.0.1:"), "{line:?}");
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("serving without authentication"),
+        "{stderr}"
+    );
+}

@@ -15,7 +15,7 @@ use lake_common::plan::Role;
 use lake_common::stage::{DESCRIBE_STAGE_ACTION, StageBackend, StageDescriptor};
 use lake_testkit::{moto, unique};
 
-use crate::support::{CloudLake, LocalLake, Served, requests_of};
+use crate::support::{CloudLake, LocalLake, Served, requests_of, test_certificates};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Runtime::new().unwrap()
@@ -46,7 +46,7 @@ fn server_code(e: &ClientError) -> tonic::Code {
 fn managed_stage_action_returns_configured_descriptor() {
     let lake = LocalLake::start();
     rt().block_on(async {
-        let mut client = lake_client::flight_sql(&lake.query, &ConnectOptions::default())
+        let mut client = lake_client::flight_sql(&lake.query, None, None)
             .await
             .unwrap();
         let results: Vec<_> = client
@@ -466,4 +466,120 @@ fn sdk_discovers_s3_stage_and_streams_directly() {
             .any(|(s, m, u)| s == "s3" && m == "GET" && u.contains("_stage/in/orders.csv")),
         "metadata did not read the staged CSV"
     );
+}
+
+/// A LakeCluster's two roles have two tokens (two Secrets): the SDK sends the query token to
+/// query only and the metadata token to metadata only, so reads and writes both work with
+/// per-role tokens; a client given no metadata token cannot write. Over TLS, a metadata
+/// endpoint or a stage the server advertises in plaintext is refused before anything is sent
+/// there.
+#[test]
+fn sdk_uses_a_token_per_role() {
+    const READ: &str = "read-t0ken";
+    const WRITE: &str = "wr1te-t0ken";
+    let secrets = tempfile::tempdir().unwrap();
+    let file = |name: &str, token: &str| {
+        let path = secrets.path().join(name);
+        std::fs::write(&path, format!("{token}\n")).unwrap();
+        path.display().to_string()
+    };
+    let (query_tokens, metadata_tokens) = (file("query", READ), file("metadata", WRITE));
+    let lake = LocalLake::start_with(&[
+        "--query-token-file",
+        &query_tokens,
+        "--metadata-token-file",
+        &metadata_tokens,
+    ]);
+    let options = |query: Option<&str>, metadata: Option<&str>| ConnectOptions {
+        query_token: query.map(str::to_owned),
+        metadata_token: metadata.map(str::to_owned),
+        tls_ca: None,
+    };
+    rt().block_on(async {
+        let both = LakeClient::connect_with(&lake.query, options(Some(READ), Some(WRITE)))
+            .await
+            .unwrap();
+        both.execute("CREATE SCHEMA roles").await.unwrap();
+        both.execute("CREATE TABLE roles.t (id BIGINT)")
+            .await
+            .unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)]));
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1, 2, 3]))]).unwrap();
+        assert_eq!(
+            both.ingest("roles", "t", IngestMode::Append, vec![batch])
+                .await
+                .unwrap(),
+            3
+        );
+        assert_eq!(count(&both, "roles.t").await, 3);
+
+        let reader = LakeClient::connect_with(&lake.query, options(Some(READ), None))
+            .await
+            .unwrap();
+        assert_eq!(count(&reader, "roles.t").await, 3);
+        let refused = reader.execute("DROP TABLE roles.t").await.unwrap_err();
+        assert_eq!(
+            server_code(&refused),
+            tonic::Code::Unauthenticated,
+            "{refused}"
+        );
+        // The write token is no read token.
+        assert!(
+            LakeClient::connect_with(&lake.query, options(Some(WRITE), Some(WRITE)))
+                .await
+                .is_err()
+        );
+        assert_eq!(count(&both, "roles.t").await, 3);
+    });
+
+    // `lake stage` takes both tokens, from flags or the environment.
+    let out = Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args(["stage", "--endpoint", &lake.query, "ls", ""])
+        .env("LAKE_QUERY_TOKEN", READ)
+        .env("LAKE_METADATA_TOKEN", WRITE)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // TLS: a query endpoint advertising plaintext for writes, then for the stage.
+    let certs = tempfile::tempdir().unwrap();
+    test_certificates(certs.path());
+    let pem = |name: &str| certs.path().join(name).display().to_string();
+    let (cert, key) = (pem("server.pem"), pem("server.key"));
+    let tls = [
+        ("LAKE_TLS_CERT_FILE", cert.as_str()),
+        ("LAKE_TLS_KEY_FILE", key.as_str()),
+    ];
+    let cloud = rt().block_on(CloudLake::new());
+    let ca = std::fs::read(pem("ca.pem")).unwrap();
+    for (advertised, what) in [
+        ("grpc://127.0.0.1:9", "metadata endpoint"),
+        // moto's S3 is plain http.
+        ("grpc+tls://127.0.0.1:9", "stage"),
+    ] {
+        let served =
+            Served::start_with(&cloud, Role::Query, &unique("key"), Some(advertised), &tls);
+        assert!(
+            served.endpoint.starts_with("grpc+tls://"),
+            "{}",
+            served.endpoint
+        );
+        let refused = rt().block_on(LakeClient::connect_with(
+            &served.endpoint,
+            ConnectOptions {
+                tls_ca: Some(ca.clone()),
+                ..Default::default()
+            },
+        ));
+        match refused {
+            Err(ClientError::Downgrade { what: w, .. }) => assert_eq!(w, what),
+            Err(other) => panic!("{advertised}: {other}"),
+            Ok(_) => panic!("{advertised}: a TLS client accepted a plaintext {what}"),
+        }
+    }
 }

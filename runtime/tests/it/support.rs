@@ -249,7 +249,19 @@ impl LocalLake {
 
     /// Starts on an existing data directory (e.g. after a restart).
     pub(crate) fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lake"))
+        Self::spawn(dir, extra, None)
+    }
+
+    /// Starts with at most `address_space` bytes of address space, as a pod's memory limit
+    /// bounds it: an allocation past it fails, and a failed allocation aborts the process.
+    pub(crate) fn start_limited(extra: &[&str], address_space: u64) -> Self {
+        Self::spawn(tempfile::tempdir().unwrap(), extra, Some(address_space))
+    }
+
+    fn spawn(dir: tempfile::TempDir, extra: &[&str], address_space: Option<u64>) -> Self {
+        use std::os::unix::process::CommandExt;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lake"));
+        command
             .args(["local", "--data"])
             .arg(dir.path())
             .args([
@@ -260,9 +272,25 @@ impl LocalLake {
             ])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::inherit());
+        if let Some(limit) = address_space {
+            // glibc reserves 64 MiB of address space per malloc arena (up to 8 per core).
+            command.env("MALLOC_ARENA_MAX", "2");
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    let rlimit = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_AS, &rlimit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command.spawn().unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut endpoint = |role: &str| loop {
             let line = lines
@@ -326,6 +354,17 @@ impl Served {
         access_key: &str,
         metadata: Option<&str>,
     ) -> Self {
+        Self::start_with(lake, role, access_key, metadata, &[])
+    }
+
+    /// [`Served::start`] with more environment (TLS files, say).
+    pub(crate) fn start_with(
+        lake: &CloudLake,
+        role: Role,
+        access_key: &str,
+        metadata: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let config = RuntimeConfig::for_role(
             &lake.plan,
             role,
@@ -341,6 +380,9 @@ impl Served {
             .env("AWS_ACCESS_KEY_ID", access_key)
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env("AWS_EC2_METADATA_DISABLED", "true")
+            // These tests are about what each role may reach, not about its clients' tokens.
+            .env("LAKE_AUTH", "none")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -375,4 +417,70 @@ pub(crate) fn requests_of(
         .into_iter()
         .map(|r| (r.service, r.action, r.resource))
         .collect()
+}
+
+/// A test CA (`ca.pem`) and a server certificate it signed for 127.0.0.1 and localhost
+/// (`server.pem`, `server.key`), written into `dir` with openssl.
+pub(crate) fn test_certificates(dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (Debian package openssl; scripts/bootstrap installs it)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=lake-test-ca",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+    ]);
 }

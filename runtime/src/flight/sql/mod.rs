@@ -22,6 +22,7 @@ use super::copy::CopyInto;
 use crate::catalog::{NamespaceName, TableName};
 use crate::engine::TableRef;
 
+mod delete;
 mod rewrite;
 mod session;
 #[cfg(test)]
@@ -55,8 +56,8 @@ pub(super) enum Write {
     },
     Delete {
         table: TableRef,
-        /// A SQL predicate; `None` deletes every row.
-        predicate: Option<String>,
+        /// The rows to delete, planned in the statement's session; `None` deletes every row.
+        predicate: Option<datafusion::logical_expr::Expr>,
     },
     /// `COPY INTO` from the stage.
     CopyInto(CopyInto),
@@ -97,6 +98,13 @@ fn status_of(e: &DataFusionError) -> Status {
         DataFusionError::Plan(msg) => Status::invalid_argument(msg.clone()),
         DataFusionError::SchemaError(e, _) => Status::invalid_argument(e.to_string()),
         DataFusionError::NotImplemented(msg) => Status::unimplemented(msg.clone()),
+        // DataFusion names its own setting; the operator of a lake sets ours.
+        DataFusionError::ResourcesExhausted(msg) if msg.contains("max_temp_directory_size") => {
+            Status::resource_exhausted(format!(
+                "the statement spilled more than the endpoint's disk budget \
+                 (LAKE_SPILL_LIMIT_MB): {msg}"
+            ))
+        }
         DataFusionError::ResourcesExhausted(msg) => Status::resource_exhausted(msg.clone()),
         other => Status::internal(other.to_string()),
     }
@@ -198,12 +206,23 @@ fn parse_one(sql: &str) -> Result<DFStatement, Status> {
     }
 }
 
+/// The longest SQL text accepted: checked before it is tokenized (tokens and the syntax tree
+/// take many times the text's size, outside any memory pool).
+pub(super) const MAX_SQL_BYTES: usize = 1024 * 1024;
+
 /// Plans `sql` in `ctx`: a read, or a write (never executed here). `params` bind `?`/`$n`.
 pub(super) async fn plan(
     ctx: &SessionContext,
     sql: &str,
     params: Option<Vec<ScalarValue>>,
 ) -> Result<Planned, Status> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "the statement is {} bytes of SQL; at most {MAX_SQL_BYTES} are accepted (load data \
+             with bulk ingest, bound parameters or COPY INTO)",
+            sql.len()
+        )));
+    }
     super::depth::check(sql)?;
     if let Some(copy) = super::copy::parse(sql) {
         if params.is_some() {
@@ -217,7 +236,7 @@ pub(super) async fn plan(
     if enumerates_the_warehouse(&statement)? {
         list_the_warehouse(ctx).await?;
     }
-    // DELETE: Lance takes the predicate as SQL text.
+    // DELETE: its predicate is planned here, in this session (see `delete.rs`).
     if let DFStatement::Statement(boxed) = &statement
         && let Statement::Delete(delete) = boxed.as_ref()
     {
@@ -233,17 +252,19 @@ pub(super) async fn plan(
         if params.is_some() {
             return Err(unbindable());
         }
-        let name = TableReference::from(name.to_string().as_str());
-        return Ok(Planned::Write(Write::Delete {
-            table: table_ref(&name)?,
-            predicate: delete.selection.as_ref().map(ToString::to_string),
-        }));
+        let table = table_ref(&TableReference::from(name.to_string().as_str()))?;
+        let predicate = match &delete.selection {
+            Some(selection) => Some(delete::predicate(ctx, name, selection).await?),
+            None => None,
+        };
+        return Ok(Planned::Write(Write::Delete { table, predicate }));
     }
     let plan = ctx
         .state()
         .statement_to_plan(statement)
         .await
         .map_err(status)?;
+    super::depth::check_plan(&plan)?;
     // Every write path comes through here: values bind into an INSERT's rows, nowhere else.
     if let Some(values) = params {
         return match classify(sql, plan)? {

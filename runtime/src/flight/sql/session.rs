@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use tonic::Status;
 
+use super::super::bounded::Budget;
 use super::super::cancel::YieldAboveEveryOperator;
 use super::super::catalog::{CATALOG, LakeCatalog};
 use super::status;
@@ -43,20 +45,32 @@ impl ObjectStoreRegistry for NoObjectStores {
     }
 }
 
-/// A DataFusion session over `engine`'s warehouse, catalog `lake`.
+/// A DataFusion session over `engine`'s warehouse, catalog `lake`: its operators and its
+/// functions draw on `memory` (one statement's pool), its spill files on the endpoint's `disk`.
 pub(crate) async fn session(
     engine: &Engine,
     memory: Arc<dyn datafusion::execution::memory_pool::MemoryPool>,
+    disk: Arc<DiskManager>,
 ) -> Result<SessionContext, Status> {
+    let budget = Budget::new(memory.clone());
     let config = SessionConfig::new()
         .with_default_catalog_and_schema(CATALOG, "default")
         .with_create_default_catalog_and_schema(false)
-        .with_information_schema(true);
-    let runtime = RuntimeEnvBuilder::new()
+        .with_information_schema(true)
+        // What plans made outside the optimizer (a DELETE's predicate) count against.
+        .with_extension(Arc::new(budget.clone()));
+    let mut runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(NoObjectStores))
-        .with_memory_pool(memory)
-        .build_arc()
+        .with_memory_pool(memory.clone())
+        // No disk manager of its own (DataFusion's default: the system temp directory, 100 GB
+        // per statement): the endpoint's, with one budget for all statements.
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        )
+        .build()
         .map_err(status)?;
+    runtime.disk_manager = disk;
+    let runtime = Arc::new(runtime);
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
@@ -64,7 +78,7 @@ pub(crate) async fn session(
         .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator))
         .build();
     let ctx = SessionContext::new_with_state(state);
-    super::super::bounded::register(&ctx);
+    super::super::bounded::register(&ctx, &budget);
     // Tables resolve when a statement names them; the warehouse is listed only for a
     // statement that enumerates it (see `plan`).
     ctx.register_catalog(CATALOG, Arc::new(LakeCatalog::unlisted(engine)));

@@ -78,7 +78,7 @@ const CASES: &[(&str, Expect)] = &[
     (
         "DELETE FROM s.t WHERE id = 1",
         Expect::Delete {
-            predicate: Some("id = 1"),
+            predicate: Some("id = Int64(1)"),
         },
     ),
     ("DELETE FROM s.t", Expect::Delete { predicate: None }),
@@ -166,7 +166,8 @@ fn matches(planned: &Planned, expect: &Expect) -> bool {
         ) => table.to_string() == "s.t" && if_exists == e,
         (Planned::Write(Write::Insert { table, .. }), Expect::Insert) => table.to_string() == "s.t",
         (Planned::Write(Write::Delete { table, predicate }), Expect::Delete { predicate: e }) => {
-            table.to_string() == "s.t" && predicate.as_deref() == *e
+            table.to_string() == "s.t"
+                && predicate.as_ref().map(ToString::to_string).as_deref() == *e
         }
         (Planned::Write(Write::CopyInto(copy)), Expect::CopyInto) => {
             copy.table.to_string() == "s.t"
@@ -193,9 +194,16 @@ async fn every_statement_is_classified_as_what_it_does() {
     engine.create(&t, schema, vec![rows]).await.unwrap();
 
     let pool = Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default());
+    let disk = Arc::new(
+        datafusion::execution::disk_manager::DiskManagerBuilder::default()
+            .build()
+            .unwrap(),
+    );
     let mut wrong = Vec::new();
     for (sql, expect) in CASES {
-        let ctx = super::session(engine.reader(), pool.clone()).await.unwrap();
+        let ctx = super::session(engine.reader(), pool.clone(), disk.clone())
+            .await
+            .unwrap();
         let outcome = plan(&ctx, sql, None).await;
         let ok = match (&outcome, expect) {
             (Err(status), Expect::Refused(code, text)) => {

@@ -1,0 +1,400 @@
+//! No single statement may take the process down or fill its disk: each case runs against a
+//! `lake local` whose address space is limited as a pod's memory is (an allocation past it
+//! aborts the process), and the server must refuse the statement, keep answering, and stay
+//! within its configured memory.
+
+use super::*;
+
+/// The server's address space: enough for its threads' stacks and heap (and far below what
+/// the statements below would allocate unbounded).
+const ADDRESS_SPACE: u64 = 6 << 30;
+/// What the endpoints' queries may hold, MiB (`--memory-limit-mb`), and one query.
+const MEMORY_MB: u64 = 512;
+const QUERY_MEMORY_MB: u64 = 256;
+/// What the process holds besides its queries' memory: code, Lance's caches, buffers.
+const BASELINE_MB: u64 = 256;
+
+fn limited(extra: &[&str]) -> LocalLake {
+    let memory = MEMORY_MB.to_string();
+    let query = QUERY_MEMORY_MB.to_string();
+    let mut args = vec![
+        "--memory-limit-mb",
+        &memory,
+        "--query-memory-limit-mb",
+        &query,
+    ];
+    args.extend_from_slice(extra);
+    LocalLake::start_limited(&args, ADDRESS_SPACE)
+}
+
+/// `sql` on `endpoint` is refused with `code`; the server is still up and answering both
+/// endpoints.
+fn refused(lake: &mut LocalLake, endpoint: &str, sql: &str, code: &str) -> String {
+    let (ok, _, stderr) = lake_sql(endpoint, sql);
+    let alive = lake.child.try_wait().unwrap();
+    assert!(
+        alive.is_none(),
+        "{sql}: the server died ({alive:?}): {stderr}"
+    );
+    assert!(!ok, "{sql}: accepted");
+    assert!(stderr.contains(code), "{sql}: not {code}: {stderr}");
+    assert_eq!(sql_ok(&lake.query, "SELECT 41 + 1 AS n"), "n\n42\n");
+    assert_eq!(sql_ok(&lake.metadata, "SELECT 1 AS n"), "n\n1\n");
+    stderr
+}
+
+fn assert_within_memory(lake: &LocalLake) {
+    let peak = lake.peak_rss() >> 20;
+    assert!(
+        peak < MEMORY_MB + BASELINE_MB,
+        "the server's peak RSS was {peak} MiB (limit {MEMORY_MB} MiB for queries)"
+    );
+}
+
+/// DELETE's predicate is planned in the statement's own session: its functions count against
+/// the query's budget (Lance once constant-folded it in a context of its own and aborted the
+/// process), and finding the rows keeps the time limit. Nothing is deleted by a refused one.
+#[test]
+fn delete_predicates_are_bounded() {
+    let mut lake = limited(&["--query-timeout-seconds", "3"]);
+    let meta = lake.metadata.clone();
+    sql_ok(&meta, "CREATE SCHEMA s");
+    sql_ok(&meta, "CREATE TABLE s.t (id BIGINT, name VARCHAR)");
+    sql_ok(
+        &meta,
+        "INSERT INTO s.t SELECT value, 'row-' || value FROM generate_series(1, 300000)",
+    );
+    let count = |lake: &LocalLake| sql_ok(&lake.query, "SELECT count(*) AS n FROM s.t");
+    // A constant: 2^45 bytes.
+    refused(
+        &mut lake,
+        &meta,
+        "DELETE FROM s.t WHERE repeat(arrow_cast('x', 'LargeUtf8'), 35184372088832) = 'y'",
+        "ResourceExhausted",
+    );
+    // Per row, while Lance scans: every name repeated 10^11 times.
+    refused(
+        &mut lake,
+        &meta,
+        "DELETE FROM s.t WHERE repeat(name, 100000000000) = 'y'",
+        "ResourceExhausted",
+    );
+    // Finding the rows takes longer than the 3 s limit (an edit distance per row, in little
+    // memory): stopped, nothing deleted.
+    refused(
+        &mut lake,
+        &meta,
+        "DELETE FROM s.t WHERE levenshtein(repeat(name, 30), repeat(name, 31)) < 0",
+        "DeadlineExceeded",
+    );
+    refused(
+        &mut lake,
+        &meta,
+        "DELETE FROM s.t WHERE id IN (SELECT id FROM s.t)",
+        "subquery",
+    );
+    assert_eq!(count(&lake), "n\n300000\n");
+    // Within bounds, a delete deletes.
+    assert_eq!(
+        sql_ok(
+            &meta,
+            "DELETE FROM s.t WHERE id <= 10 OR name = 'row-300000'"
+        ),
+        "rows\n11\n"
+    );
+    assert_eq!(count(&lake), "n\n299989\n");
+    assert_within_memory(&lake);
+}
+
+/// However a statement is written, what its expressions produce counts against the one
+/// per-query budget: functions that multiply their input are bounded before they allocate,
+/// and values that coexist add up.
+#[test]
+fn no_statement_outgrows_the_query_budget() {
+    let mut lake = limited(&[]);
+    let query = lake.query.clone();
+    for sql in [
+        // 100,000 numbers joined by 100 KB: 10 GB of text.
+        "SELECT length(array_to_string(range(100000), repeat('x', 100000)))",
+        // 10^12 elements, for a count.
+        "SELECT cardinality(range(1000000000000))",
+        "SELECT cardinality(generate_series(1, 1000000000000))",
+        // Each value within any per-call cap, together four times the budget.
+        "SELECT length(concat(repeat('x', 200000000), repeat('x', 200000000), \
+         repeat('x', 200000000), repeat('x', 200000000)))",
+        // Through the SQL planner's own function objects (array literals, `||` on arrays).
+        "SELECT cardinality([repeat('x', 200000000), repeat('x', 200000000)])",
+        "SELECT cardinality(array_repeat('x', 2000000000))",
+        "SELECT length(lpad('x', 1000000000))",
+        // One constant of 200 MB, folded while planning, then copied into each of 100 rows.
+        "SELECT repeat('x', 200000000) AS s FROM generate_series(1, 100)",
+        "SELECT cardinality(array_replace_all(array_repeat('a', 1000000), 'a', repeat('x', 1000)))",
+        // A constant argument is copied into every row of a call over a column: 1 MB, 10,000
+        // times.
+        "SELECT length(concat(CAST(value AS VARCHAR), repeat('x', 1000000))) \
+         FROM generate_series(1, 10000)",
+        // … and into every row of an operator: `||` is no function.
+        "SELECT length(CAST(value AS VARCHAR) || repeat('x', 1000000)) FROM generate_series(1, 10000)",
+        // A fixed-size type of 2^31 elements a row.
+        "SELECT arrow_cast(make_array(value), 'FixedSizeList(2147483647, Int64)') \
+         FROM generate_series(1, 10)",
+    ] {
+        let stderr = refused(&mut lake, &query, sql, "ResourceExhausted");
+        assert!(
+            stderr.contains("LAKE_QUERY_MEMORY_LIMIT_MB") || stderr.contains("per value"),
+            "{sql}: {stderr}"
+        );
+    }
+    // 2,000 constants of 4,000 bytes each, each under the size that expands one alone: 8 MB
+    // a row.
+    let wide = format!(
+        "SELECT {} FROM generate_series(1, 10000)",
+        (0..2000)
+            .map(|i| format!("repeat('x', 4000) AS c{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    refused(&mut lake, &query, &wide, "ResourceExhausted");
+    // A series whose step may not advance (1 month - 28 days, from a February 1st) looped
+    // forever: refused before it runs.
+    let stderr = refused(
+        &mut lake,
+        &query,
+        "SELECT cardinality(generate_series(TIMESTAMP '2023-02-01', TIMESTAMP '2024-01-01', \
+         INTERVAL '1 month' - INTERVAL '28 days'))",
+        "InvalidArgument",
+    );
+    assert!(stderr.contains("pull both ways"), "{stderr}");
+    // Within the budget, the same functions work.
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT length(array_to_string(range(1000), ',')) AS n, \
+             cardinality(range(100000)) AS c, length(concat(repeat('x', 1000), 'y')) AS l"
+        ),
+        "n,c,l\n3889,100000,1001\n"
+    );
+    assert_within_memory(&lake);
+}
+
+/// Spill files of every statement of an endpoint count against one disk budget, in the spill
+/// directory it was given: past it, RESOURCE_EXHAUSTED naming the limit, and nothing is left
+/// behind. With room, the same sort spills and runs in the same memory.
+#[test]
+fn spill_stays_inside_its_budget() {
+    let spill = tempfile::tempdir().unwrap();
+    let dir = spill.path().join("spill");
+    // A sort of 3M rows in 24 MiB: it must spill.
+    let sort = "SELECT max(r) AS r FROM (SELECT row_number() OVER (ORDER BY value DESC) AS r \
+                FROM generate_series(1, 3000000))";
+    let start = |spill_mb: &str| {
+        LocalLake::start_limited(
+            &[
+                "--memory-limit-mb",
+                "64",
+                "--query-memory-limit-mb",
+                "24",
+                "--spill-dir",
+                dir.to_str().unwrap(),
+                "--spill-limit-mb",
+                spill_mb,
+            ],
+            ADDRESS_SPACE,
+        )
+    };
+    let mut lake = start("1");
+    let query = lake.query.clone();
+    let stderr = refused(&mut lake, &query, sort, "ResourceExhausted");
+    assert!(stderr.contains("LAKE_SPILL_LIMIT_MB"), "{stderr}");
+    let left: Vec<_> = walk(&dir).into_iter().filter(|p| p.is_file()).collect();
+    assert!(left.is_empty(), "spill files left behind: {left:?}");
+    drop(lake);
+
+    let lake = start("512");
+    assert_eq!(sql_ok(&lake.query, sort), "r\n3000000\n");
+    let left: Vec<_> = walk(&dir).into_iter().filter(|p| p.is_file()).collect();
+    assert!(left.is_empty(), "spill files left behind: {left:?}");
+    assert!(lake.peak_rss() >> 20 < 64 + BASELINE_MB);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
+}
+
+/// A Parquet footer declaring a list of 2^31 - 1 row groups in a few bytes: decoded, it asked
+/// for hundreds of gigabytes before reading one. Refused from the footer's bytes; and a large
+/// stage file is read in ranges, never whole.
+#[test]
+fn forged_parquet_footers_are_refused() {
+    let mut lake = limited(&[]);
+    let meta = lake.metadata.clone();
+    sql_ok(&meta, "CREATE SCHEMA s");
+    sql_ok(&meta, "CREATE TABLE s.t (id BIGINT)");
+    let stage = lake.dir.path().join("_stage/in");
+    std::fs::create_dir_all(&stage).unwrap();
+    // FileMetaData { version: 1, schema: [], num_rows: 0, row_groups: list<struct> of 2^31-1 }.
+    let mut footer = vec![0x15, 2, 0x19, 0x0c, 0x16, 0, 0x19, 0xfc];
+    footer.extend([0xff, 0xff, 0xff, 0xff, 0x07]);
+    footer.extend([0u8; 64]);
+    let mut file = b"PAR1".to_vec();
+    file.extend(&footer);
+    file.extend((footer.len() as u32).to_le_bytes());
+    file.extend(b"PAR1");
+    std::fs::write(stage.join("forged.parquet"), &file).unwrap();
+    let stderr = refused(
+        &mut lake,
+        &meta,
+        "COPY INTO s.t FROM 'in/forged.parquet'",
+        "InvalidArgument",
+    );
+    assert!(stderr.contains("2147483647 elements"), "{stderr}");
+    // A footer length past the file.
+    let n = file.len();
+    file[n - 8..n - 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    std::fs::write(stage.join("long.parquet"), &file).unwrap();
+    refused(
+        &mut lake,
+        &meta,
+        "COPY INTO s.t FROM 'in/long.parquet'",
+        "InvalidArgument",
+    );
+
+    // 24M distinct ids, uncompressed: a 190 MB file, loaded with the server's peak memory
+    // growing by far less than the file.
+    let rows: i64 = 24_000_000;
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::UNCOMPRESSED)
+        .set_dictionary_enabled(false)
+        .build();
+    let out = std::fs::File::create(stage.join("big.parquet")).unwrap();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(out, schema.clone(), Some(props)).unwrap();
+    for start in (0..rows).step_by(1 << 20) {
+        let end = (start + (1 << 20)).min(rows);
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![std::sync::Arc::new(Int64Array::from_iter_values(
+                start..end,
+            ))],
+        )
+        .unwrap();
+        writer.write(&batch).unwrap();
+    }
+    writer.close().unwrap();
+    let size_mb = std::fs::metadata(stage.join("big.parquet")).unwrap().len() >> 20;
+    assert!(size_mb > 150, "{size_mb} MiB");
+    let before = lake.peak_rss() >> 20;
+    assert_eq!(
+        sql_ok(&meta, "COPY INTO s.t FROM 'in/big.parquet'"),
+        format!("rows\n{rows}\n")
+    );
+    let grew = (lake.peak_rss() >> 20).saturating_sub(before);
+    assert!(
+        grew < size_mb / 2,
+        "the server's peak RSS grew by {grew} MiB loading a {size_mb} MiB file"
+    );
+    assert_eq!(
+        sql_ok(&lake.query, "SELECT count(*) AS n, max(id) AS m FROM s.t"),
+        format!("n,m\n{rows},{}\n", rows - 1)
+    );
+}
+
+/// What a statement makes the server do before its rows flow — planning it, describing it,
+/// listing tables with their schemas — takes one of the endpoint's slots like a query; the
+/// SQL's size and the relations it chains are bounded before it is parsed.
+#[test]
+fn planning_is_governed_like_a_query() {
+    let mut lake = limited(&["--max-concurrent-queries", "1"]);
+    let query = lake.query.clone();
+    // 20,000 UNIONs: depth 0 in the expression check, a plan as deep as it is long.
+    let unions = vec!["SELECT 1 AS n"; 20_000].join(" UNION ALL ");
+    let stderr = refused(&mut lake, &query, &unions, "InvalidArgument");
+    assert!(stderr.contains("relations"), "{stderr}");
+    let joins = format!(
+        "SELECT 1 FROM (SELECT 1 AS a) t0{}",
+        (1..5_000)
+            .map(|i| format!(" JOIN (SELECT 1 AS a) t{i} ON true"))
+            .collect::<String>()
+    );
+    refused(&mut lake, &query, &joins, "InvalidArgument");
+    let long = format!("SELECT '{}'", "x".repeat(2 << 20));
+    let meta = lake.metadata.clone();
+    let stderr = refused(&mut lake, &meta, &long, "InvalidArgument");
+    assert!(stderr.contains("bytes of SQL"), "{stderr}");
+    // 600 queries of a WITH list, each built on the one before.
+    let chain = format!(
+        "WITH a0 AS (SELECT 1 AS x){} SELECT * FROM a599",
+        (1..600)
+            .map(|i| format!(", a{i} AS (SELECT x FROM a{})", i - 1))
+            .collect::<String>()
+    );
+    let stderr = refused(&mut lake, &query, &chain, "InvalidArgument");
+    assert!(stderr.contains("relations"), "{stderr}");
+    // 40 queries, each using the one before twice: 2^40 steps once the analyzer copies them.
+    let doubling = format!(
+        "WITH a0 AS (SELECT 1 AS x){} SELECT count(*) FROM a40",
+        (1..=40)
+            .map(|i| format!(
+                ", a{i} AS (SELECT x FROM a{p} UNION ALL SELECT x FROM a{p})",
+                p = i - 1
+            ))
+            .collect::<String>()
+    );
+    let stderr = refused(&mut lake, &query, &doubling, "InvalidArgument");
+    assert!(stderr.contains("plans into more than"), "{stderr}");
+    // A few hundred are fine.
+    let some = vec!["SELECT 1 AS n"; 300].join(" UNION ALL ");
+    assert_eq!(
+        sql_ok(&query, &format!("SELECT count(*) AS c FROM ({some})")),
+        "c\n300\n"
+    );
+
+    // The endpoint's one slot held by a stream: planning, describing and listing wait their
+    // turn like queries (RESOURCE_EXHAUSTED), instead of running beside it.
+    let (ok, stdout, stderr) = python(&["-c", HELD_SLOT, &query]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("4 passed, 0 failed"), "{stdout}");
+}
+
+const HELD_SLOT: &str = r#"
+import sys, adbc_driver_flightsql.dbapi as flightsql, adbc_driver_manager, pyarrow.flight as flight
+sys.path.insert(0, "runtime/tests/it")
+from flightsql_commands import command, pb_string
+from lake_checks import Checks
+query = sys.argv[1]
+checks = Checks()
+holder = flightsql.connect(query, autocommit=True)
+cur = holder.cursor()
+cur.execute("SELECT * FROM generate_series(1, 100000000)")
+cur.fetch_record_batch().read_next_batch()
+client = flight.FlightClient(query)
+def refused(label, call):
+    try:
+        call()
+    except Exception as e:  # pyarrow raises RESOURCE_EXHAUSTED as ArrowInvalid or FlightError
+        checks.check(label, "esource exhausted" in str(e).replace("RESOURCE_EXHAUSTED", "resource exhausted")
+                     or "queries are already running" in str(e), str(e))
+        return
+    checks.check(label, False, "it ran beside the held stream")
+refused("GetFlightInfo plans in a slot", lambda: client.get_flight_info(
+    flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, b"SELECT 1")))))
+refused("GetSchema plans in a slot", lambda: client.get_schema(
+    flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, b"SELECT 1")))))
+refused("CreatePreparedStatement plans in a slot", lambda: list(client.do_action(flight.Action(
+    "CreatePreparedStatement", command("ActionCreatePreparedStatementRequest", pb_string(1, b"SELECT 1"))))))
+refused("GetTables with schemas lists in a slot", lambda: client.get_flight_info(
+    flight.FlightDescriptor.for_command(command("CommandGetTables", b"\x28\x01"))).endpoints and
+    client.do_get(client.get_flight_info(flight.FlightDescriptor.for_command(
+        command("CommandGetTables", b"\x28\x01"))).endpoints[0].ticket).read_all())
+cur.close(); holder.close()
+checks.done()
+"#;

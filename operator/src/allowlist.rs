@@ -13,12 +13,20 @@
 //! namespaces:
 //!   data:
 //!     roles: [lake-query, lake-metadata, "data-*"]   # role names; `*` matches any run of characters
+//!     accounts: []                                   # accounts of role ARNs; absent = the operator's own
 //!     storage:
 //!       - bucket: acme-lake                          # `*` allowed here too
 //!         prefix: analytics                          # this prefix and everything below it; "" = the whole bucket
-//!     tables: ["data.*"]                             # optional: DynamoDB table names; absent = any
+//!     tables: ["data.*"]                             # DynamoDB table names; absent = the namespace's default names
+//!     migrationSources: []                           # v1 tables its clusters may migrate from; absent = none
 //!     adopt: false                                   # may clusters adopt existing tables?
 //! ```
+//!
+//! Everything a LakeCluster names is decided here before the operator touches, or even looks
+//! at, it: a table outside the namespace's patterns is neither created, adopted nor described
+//! (so status cannot tell a tenant whether it exists); a migration source must be listed; a
+//! role ARN of another account is refused (the operator writes its policies on the role of that
+//! name in its own account, and its tables live there too).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,7 +34,7 @@ use std::path::Path;
 use lake_common::plan::{PlanError, PlanErrors, RegistryStore, Storage};
 use serde::Deserialize;
 
-use crate::plan::iam::role_name;
+use crate::plan::iam::{role_account, role_name};
 use crate::validate::ValidatedCluster;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -45,13 +53,22 @@ pub struct NamespaceRules {
     /// IAM role names (case-insensitive, `*` globs) whose inline policies the operator may write.
     #[serde(default)]
     pub roles: Vec<String>,
+    /// The accounts a role given as an ARN may be in; empty: the operator's own (asked of STS).
+    /// The operator writes policies and creates tables in its own account, so list only
+    /// accounts its credentials act in (e.g. where STS cannot be reached).
+    #[serde(default)]
+    pub accounts: Vec<String>,
     /// S3 locations the managed policies may grant.
     #[serde(default)]
     pub storage: Vec<StorageRule>,
     /// DynamoDB table names (`*` globs) the namespace's clusters may create or adopt; `None`:
-    /// any name.
+    /// the names they get by default, `<namespace>.*`.
     #[serde(default)]
     pub tables: Option<Vec<String>>,
+    /// lake v1 tables (`*` globs) the namespace's clusters may migrate from; none by default:
+    /// the migration reads the source with the operator's own rights.
+    #[serde(default, rename = "migrationSources")]
+    pub migration_sources: Vec<String>,
     /// Whether the namespace's clusters may adopt existing tables (that they did not create and
     /// that hold no lake marker) — and so, with `spec.tables.deleteAdopted`, delete them.
     /// Off by default: a table with lake's key schema is not necessarily lake's (any Lance
@@ -113,6 +130,21 @@ impl Allowlist {
         self.namespaces.get(namespace).is_some_and(|r| r.adopt)
     }
 
+    /// The DynamoDB table names (globs) `namespace`'s clusters may use: the listed ones, or the
+    /// names they get by default, `<namespace>.*`.
+    fn table_patterns(&self, namespace: &str) -> Vec<String> {
+        self.namespaces
+            .get(namespace)
+            .and_then(|r| r.tables.clone())
+            .unwrap_or_else(|| vec![format!("{namespace}.*")])
+    }
+
+    /// Whether `namespace`'s clusters may use the table `name` (create, adopt, describe,
+    /// delete): nothing outside it is touched or looked up.
+    pub fn admits_table(&self, namespace: &str, name: &str) -> bool {
+        self.table_patterns(namespace).iter().any(|p| glob(p, name))
+    }
+
     fn origin(&self) -> String {
         match &self.source {
             Some(s) => format!("the operator's allowlist ({s})"),
@@ -154,9 +186,31 @@ fn prefix_within(allowed: &str, prefix: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// Whether `cluster` names a role by ARN with IAM managed on S3 and the allowlist lists no
+/// accounts for its namespace: only then does [`admit`] need the operator's own account.
+pub fn needs_operator_account(cluster: &ValidatedCluster, allowlist: &Allowlist) -> bool {
+    let listed = allowlist
+        .namespaces
+        .get(&cluster.namespace)
+        .is_some_and(|r| !r.accounts.is_empty());
+    !listed
+        && cluster.iam.as_ref().is_some_and(|iam| {
+            iam.manage
+                && matches!(cluster.authority.storage(), Storage::S3(_))
+                && [&iam.query_role, &iam.metadata_role]
+                    .iter()
+                    .any(|r| role_account(r).is_some())
+        })
+}
+
 /// Refuses what `cluster` asks the operator to do beyond what the administrator allows its
-/// namespace. Pure: reconcile calls it before any AWS request, `render --allowlist` offline.
-pub fn admit(cluster: &ValidatedCluster, allowlist: &Allowlist) -> Result<(), PlanErrors> {
+/// namespace. Pure: reconcile calls it before any AWS request about the cluster (with the
+/// operator's own account, when [`needs_operator_account`]), `render --allowlist` offline.
+pub fn admit(
+    cluster: &ValidatedCluster,
+    allowlist: &Allowlist,
+    operator_account: Option<&str>,
+) -> Result<(), PlanErrors> {
     let rules = allowlist.namespaces.get(&cluster.namespace);
     let origin = allowlist.origin();
     let ns = &cluster.namespace;
@@ -166,8 +220,9 @@ pub fn admit(cluster: &ValidatedCluster, allowlist: &Allowlist) -> Result<(), Pl
         reason: format!("{value:?} is outside what {origin} grants namespace {ns:?}; {what}"),
     };
 
-    if let Some(tables) = rules.and_then(|r| r.tables.as_ref())
-        && let RegistryStore::DynamoDb { table: registry } = cluster.authority.registry()
+    // By default, the names the namespace's clusters get when they name none.
+    let tables = allowlist.table_patterns(ns);
+    if let RegistryStore::DynamoDb { table: registry } = cluster.authority.registry()
         && let lake_common::plan::ManifestStore::DynamoDb { table: manifest } =
             cluster.authority.manifests()
     {
@@ -182,6 +237,22 @@ pub fn admit(cluster: &ValidatedCluster, allowlist: &Allowlist) -> Result<(), Pl
                     format!("table names must match one of {tables:?}"),
                 ));
             }
+        }
+    }
+
+    if let Some(migration) = &cluster.migration {
+        let sources = rules
+            .map(|r| r.migration_sources.as_slice())
+            .unwrap_or_default();
+        if !sources.iter().any(|p| glob(p, &migration.source_table)) {
+            errors.push(refuse(
+                "spec.migration.sourceTable",
+                &migration.source_table,
+                format!(
+                    "migration sources must be listed by an administrator (migrationSources: \
+                     {sources:?})"
+                ),
+            ));
         }
     }
 
@@ -211,6 +282,33 @@ pub fn admit(cluster: &ValidatedCluster, allowlist: &Allowlist) -> Result<(), Pl
                     ("spec.iam.queryRole", &iam.query_role),
                     ("spec.iam.metadataRole", &iam.metadata_role),
                 ] {
+                    if let Some(account) = role_account(role) {
+                        let allowed: Vec<&str> = if rules.accounts.is_empty() {
+                            operator_account.into_iter().collect()
+                        } else {
+                            rules.accounts.iter().map(String::as_str).collect()
+                        };
+                        if !allowed.contains(&account) {
+                            errors.push(refuse(
+                                field,
+                                role,
+                                match operator_account {
+                                    _ if !rules.accounts.is_empty() => {
+                                        format!("allowed accounts: {:?}", rules.accounts)
+                                    }
+                                    Some(own) => format!(
+                                        "a role ARN must be in the operator's own account {own}, \
+                                         where it writes the policy and creates the tables"
+                                    ),
+                                    None => "the operator's own account is not known here: name \
+                                         the role without its ARN, or list its account under \
+                                         accounts"
+                                        .to_owned(),
+                                },
+                            ));
+                            continue;
+                        }
+                    }
                     let name = role_name(role).to_ascii_lowercase();
                     if !rules
                         .roles
@@ -280,6 +378,141 @@ mod tests {
         assert!(!prefix_within("wh/team", "wh"));
         assert!(prefix_within("", "anything/below"));
         assert!(prefix_within("/wh/", "wh/x"));
+    }
+
+    fn cluster(extra: &str, query_role: &str) -> ValidatedCluster {
+        let yaml = format!(
+            r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: analytics, namespace: data}}
+spec:
+  storage: {{s3: {{bucket: acme-lake, prefix: wh, region: eu-west-1}}}}
+  iam: {{queryRole: "{query_role}", metadataRole: lake-metadata}}
+  query: {{image: lake:1}}
+  metadata: {{image: lake:1}}
+{extra}"#
+        );
+        crate::validate::validate(&serde_yaml::from_str(&yaml).unwrap()).unwrap()
+    }
+
+    fn allowlist(rules: &str) -> Allowlist {
+        Allowlist::parse(
+            &format!(
+                "namespaces:\n  data:\n    roles: [lake-query, lake-metadata]\n    storage: [{{bucket: acme-lake, prefix: wh}}]\n{rules}"
+            ),
+            "test",
+        )
+        .unwrap()
+    }
+
+    fn refused_fields(result: Result<(), PlanErrors>) -> Vec<String> {
+        match result {
+            Ok(()) => Vec::new(),
+            Err(errors) => errors
+                .iter()
+                .map(|e| match e {
+                    PlanError::NotAllowed { field, .. } => field.clone(),
+                    other => other.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    /// A role ARN of another account names the operator's own role of that name (the policy is
+    /// written by name, in the operator's account): refused, and only by name or in the pinned
+    /// account is it admitted.
+    #[test]
+    fn role_arns_are_admitted_in_the_pinned_account_only() {
+        let own = "123456789012";
+        let list = allowlist("");
+        let foreign = cluster("", "arn:aws:iam::999999999999:role/lake-query");
+        assert!(needs_operator_account(&foreign, &list));
+        let refused = admit(&foreign, &list, Some(own)).unwrap_err().to_string();
+        assert!(
+            refused.contains("spec.iam.queryRole") && refused.contains(own),
+            "{refused}"
+        );
+        // Without the operator's account (offline), an ARN is refused, never guessed.
+        assert_eq!(
+            refused_fields(admit(&foreign, &list, None)),
+            ["spec.iam.queryRole"]
+        );
+        assert!(
+            admit(
+                &cluster("", "arn:aws:iam::123456789012:role/lake-query"),
+                &list,
+                Some(own)
+            )
+            .is_ok()
+        );
+        let by_name = cluster("", "lake-query");
+        assert!(!needs_operator_account(&by_name, &list));
+        assert!(admit(&by_name, &list, None).is_ok());
+        // Accounts the administrator lists replace the lookup.
+        let listed = allowlist("    accounts: ['999999999999']\n");
+        assert!(!needs_operator_account(&foreign, &listed));
+        assert!(admit(&foreign, &listed, None).is_ok());
+        let other = cluster("", "arn:aws:iam::123456789012:role/lake-query");
+        assert_eq!(
+            refused_fields(admit(&other, &listed, Some(own))),
+            ["spec.iam.queryRole"]
+        );
+    }
+
+    #[test]
+    fn migration_sources_must_be_listed() {
+        let migrating = cluster(
+            "  migration: {sourceTable: lake-v1-shared, approval: Manual}\n",
+            "lake-query",
+        );
+        assert_eq!(
+            refused_fields(admit(&migrating, &allowlist(""), None)),
+            ["spec.migration.sourceTable"]
+        );
+        assert_eq!(
+            refused_fields(admit(&migrating, &Allowlist::default(), None)),
+            ["spec.migration.sourceTable", "spec.iam.manage"]
+        );
+        let listed = allowlist("    migrationSources: ['lake-v1-*']\n");
+        assert!(admit(&migrating, &listed, None).is_ok());
+        let other = cluster(
+            "  migration: {sourceTable: payments-ledger, approval: Manual}\n",
+            "lake-query",
+        );
+        assert_eq!(
+            refused_fields(admit(&other, &listed, None)),
+            ["spec.migration.sourceTable"]
+        );
+    }
+
+    /// Without `tables`, a namespace's clusters may use only the names they get by default:
+    /// any other name — an existing table of another team, or a new one — is refused before
+    /// the operator looks it up.
+    #[test]
+    fn tables_default_to_the_namespaces_own_names() {
+        let defaults = cluster("", "lake-query");
+        assert!(admit(&defaults, &allowlist(""), None).is_ok());
+        let named = cluster(
+            "  tables: {registry: payments-ledger, manifest: data.analytics-manifests}\n",
+            "lake-query",
+        );
+        assert_eq!(
+            refused_fields(admit(&named, &allowlist(""), None)),
+            ["spec.tables.registry"]
+        );
+        assert_eq!(
+            refused_fields(admit(&named, &Allowlist::default(), None)),
+            ["spec.tables.registry", "spec.iam.manage"]
+        );
+        assert!(
+            admit(
+                &named,
+                &allowlist("    tables: ['payments-*', 'data.*']\n"),
+                None
+            )
+            .is_ok()
+        );
     }
 
     #[test]

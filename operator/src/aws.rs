@@ -13,7 +13,7 @@ use tokio::sync::Mutex;
 
 #[derive(Debug, Clone, Default)]
 pub struct AwsSettings {
-    /// One endpoint for DynamoDB and IAM (an emulator); `None` is AWS.
+    /// One endpoint for DynamoDB, IAM and STS (an emulator); `None` is AWS.
     pub endpoint: Option<String>,
     pub credentials: Option<Credentials>,
     pub interceptors: Vec<SharedInterceptor>,
@@ -21,11 +21,12 @@ pub struct AwsSettings {
     pub max_attempts: Option<u32>,
 }
 
-/// DynamoDB and IAM clients for one region.
+/// DynamoDB, IAM and STS clients for one region.
 #[derive(Debug, Clone)]
 pub struct AwsClients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub iam: aws_sdk_iam::Client,
+    pub sts: aws_sdk_sts::Client,
 }
 
 /// Clients, built once per region and shared by every reconcile.
@@ -33,6 +34,15 @@ pub struct AwsClients {
 pub struct AwsPool {
     settings: AwsSettings,
     clients: Mutex<HashMap<String, AwsClients>>,
+    /// The operator's own account, once asked.
+    account: tokio::sync::OnceCell<String>,
+}
+
+/// The operator's own account could not be learned.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot learn the operator's own AWS account (sts:GetCallerIdentity): {detail}")]
+pub struct AccountError {
+    detail: String,
 }
 
 impl AwsPool {
@@ -40,7 +50,32 @@ impl AwsPool {
         Arc::new(Self {
             settings,
             clients: Mutex::default(),
+            account: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The account of the operator's own credentials (STS, asked once): the account its IAM
+    /// writes act in and its tables are created in.
+    pub async fn operator_account(&self, region: &str) -> Result<String, AccountError> {
+        self.account
+            .get_or_try_init(|| async {
+                let sts = self.clients(region).await.sts;
+                let identity =
+                    sts.get_caller_identity()
+                        .send()
+                        .await
+                        .map_err(|e| AccountError {
+                            detail: aws_sdk_sts::error::DisplayErrorContext(e).to_string(),
+                        })?;
+                identity
+                    .account
+                    .filter(|a| a.len() == 12 && a.chars().all(|c| c.is_ascii_digit()))
+                    .ok_or_else(|| AccountError {
+                        detail: "the answer names no 12-digit account".into(),
+                    })
+            })
+            .await
+            .cloned()
     }
 
     pub async fn clients(&self, region: &str) -> AwsClients {
@@ -53,13 +88,17 @@ impl AwsPool {
         dynamodb.set_interceptors(self.settings.interceptors.iter().cloned());
         let mut iam = aws_sdk_iam::config::Builder::from(&sdk);
         iam.set_interceptors(self.settings.interceptors.iter().cloned());
+        let mut sts = aws_sdk_sts::config::Builder::from(&sdk);
+        sts.set_interceptors(self.settings.interceptors.iter().cloned());
         if let Some(endpoint) = &self.settings.endpoint {
             dynamodb = dynamodb.endpoint_url(endpoint);
             iam = iam.endpoint_url(endpoint);
+            sts = sts.endpoint_url(endpoint);
         }
         let built = AwsClients {
             dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb.build()),
             iam: aws_sdk_iam::Client::from_conf(iam.build()),
+            sts: aws_sdk_sts::Client::from_conf(sts.build()),
         };
         clients.insert(region.to_owned(), built.clone());
         built

@@ -73,6 +73,10 @@ enum Command {
         /// Check the spec against an operator allowlist too, as `run --allowlist` would.
         #[arg(long)]
         allowlist: Option<PathBuf>,
+        /// The operator's own AWS account, which role ARNs must be in unless the allowlist
+        /// lists others (`run` asks STS).
+        #[arg(long)]
+        account: Option<String>,
         /// The cluster id the tables' markers carry (the uid of the LakeCluster that created
         /// them): `-o manifests` needs it, since pods refuse tables marked for another cluster.
         #[arg(long)]
@@ -170,6 +174,7 @@ fn main() -> ExitCode {
             output,
             oidc_provider,
             allowlist,
+            account,
             cluster_id,
         } => {
             let allowlist = match allowlist.as_deref().map(Allowlist::load).transpose() {
@@ -180,6 +185,7 @@ fn main() -> ExitCode {
                 output,
                 oidc_provider,
                 allowlist: allowlist.as_ref(),
+                account,
                 cluster_id,
             };
             render_file(&file, render)
@@ -292,6 +298,7 @@ struct Render<'a> {
     output: Format,
     oidc_provider: Option<String>,
     allowlist: Option<&'a Allowlist>,
+    account: Option<String>,
     cluster_id: Option<String>,
 }
 
@@ -314,6 +321,7 @@ fn render_file(file: &PathBuf, render: Render<'_>) -> ExitCode {
         output,
         oidc_provider,
         allowlist,
+        account,
         cluster_id,
     } = render;
     if let Some(id) = &cluster_id
@@ -360,7 +368,7 @@ fn render_file(file: &PathBuf, render: Render<'_>) -> ExitCode {
         }
     };
     if let Some(allowlist) = allowlist
-        && let Err(errors) = admit(&validated, allowlist)
+        && let Err(errors) = admit(&validated, allowlist, account.as_deref())
     {
         eprintln!("error: {} is refused by the allowlist:", file.display());
         for error in errors.iter() {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use lake_common::config::{RuntimeConfig, default_port};
+use lake_common::config::{Auth, RuntimeConfig, default_port};
 use lake_common::plan::{Role, RolePlan};
 use serde::Serialize;
 
@@ -66,7 +66,18 @@ pub fn runtime_config(cluster: &ValidatedCluster, role: Role) -> RuntimeConfig {
         Some(endpoint(cluster, Role::Metadata)),
     );
     // Every pod requires bearer tokens: its role's Secret, mounted (plan::tokens).
-    config.token_file = Some(crate::plan::tokens::token_file());
+    config.auth = Auth::Tokens(crate::plan::tokens::token_file());
+    // Queries spill inside the pod's `/tmp`, within what its size limit leaves them.
+    use crate::plan::pod::{SPILL_DIR, resources_with_disk, spill_limit_mb, tmp_size_mb};
+    let resources = match role {
+        Role::Query => cluster.query.resources.clone(),
+        Role::Metadata => cluster.metadata.resources.clone(),
+    };
+    config.spill_dir = Some(SPILL_DIR.to_owned());
+    config.limits.spill_mb = Some(spill_limit_mb(
+        tmp_size_mb(&resources_with_disk(resources)),
+        1,
+    ));
     if cluster.tls == crate::crd::TlsMode::Operator {
         config.tls = Some(crate::plan::tls::files());
     }

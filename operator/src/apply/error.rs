@@ -7,19 +7,20 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    /// An existing table with another key schema: adopting it would corrupt it. Terminal.
+    /// An existing table with another key schema: adopting it would corrupt it. Terminal. What
+    /// it holds is logged for the administrator, not told to the tenant.
     #[error(
-        "table {table:?} exists with key schema {found}; lake's {authority} table needs {expected}, so it cannot be adopted (choose another name in spec.tables)"
+        "table {table:?} exists with another key schema; lake's {authority} table needs {expected}, so it cannot be adopted (choose another name in spec.tables)"
     )]
     KeySchemaMismatch {
         table: String,
         authority: String,
-        found: String,
         expected: String,
     },
-    /// An existing table holding another cluster's or another authority's marker. Terminal.
-    #[error("table {table:?} cannot be adopted: {detail}")]
-    MarkerConflict { table: String, detail: String },
+    /// An existing table another cluster created, adopted or marked, or that holds another
+    /// authority. Terminal. Whose it is is logged, not told.
+    #[error("table {table:?} cannot be adopted: {detail} (choose another name in spec.tables)")]
+    MarkerConflict { table: String, detail: &'static str },
     /// An existing table this cluster did not create, without the administrator's consent to
     /// adopt tables. Terminal.
     #[error(

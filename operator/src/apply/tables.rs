@@ -81,7 +81,8 @@ fn schema_matches(
         )
 }
 
-fn marker_key(authority: Authority) -> HashMap<String, AttributeValue> {
+/// The key of `authority`'s marker item, as DynamoDB takes it.
+pub(crate) fn marker_key(authority: Authority) -> HashMap<String, AttributeValue> {
     let schema = authority.key_schema();
     let key = authority.marker_key();
     let range = match key.range {
@@ -221,10 +222,14 @@ pub async fn ensure(
         table.key_schema(),
         table.attribute_definitions(),
     ) {
+        tracing::warn!(
+            table = name,
+            found = %describe_schema(table.key_schema(), table.attribute_definitions()),
+            "an existing table with another key schema is not adopted"
+        );
         return Err(ApplyError::KeySchemaMismatch {
             table: name.to_owned(),
             authority: desired.authority.to_string(),
-            found: describe_schema(table.key_schema(), table.attribute_definitions()),
             expected: expected_schema(desired.key_schema),
         });
     }
@@ -242,11 +247,15 @@ pub async fn ensure(
     };
     let uid = desired.tags.get(uid_tag).map(String::as_str);
     let adopted_tag = crate::plan::tables::TAG_ADOPTED_BY_UID;
-    for (tag, what) in [(uid_tag, "created"), (adopted_tag, "adopted")] {
+    for (tag, what) in [
+        (uid_tag, "another cluster created it"),
+        (adopted_tag, "another cluster adopted it"),
+    ] {
         if let Some(other) = existing_tags.get(tag).filter(|v| Some(v.as_str()) != uid) {
+            tracing::warn!(table = name, tag, owner = %other, "another cluster's table is not adopted");
             return Err(ApplyError::MarkerConflict {
                 table: name.to_owned(),
-                detail: format!("cluster {other:?} {what} it (tag {tag})"),
+                detail: what,
             });
         }
     }
@@ -256,18 +265,16 @@ pub async fn ensure(
     if let Some(found) = &marker
         && found != &desired.marker
     {
+        tracing::warn!(
+            table = name,
+            format = %found.format,
+            cluster = %found.cluster,
+            "a table marked for another cluster or authority is not adopted"
+        );
         let detail = if found.format != desired.marker.format {
-            format!(
-                "it holds a {:?} marker, not the {} ({})",
-                found.format,
-                desired.authority,
-                desired.authority.format()
-            )
+            "it holds another authority's marker"
         } else {
-            format!(
-                "it belongs to cluster {:?}, not to this cluster {:?}",
-                found.cluster, desired.marker.cluster
-            )
+            "its marker names another cluster"
         };
         return Err(ApplyError::MarkerConflict {
             table: name.to_owned(),
@@ -435,10 +442,13 @@ pub async fn delete_owned(
     match read_marker(client, name, desired.authority).await? {
         None => return kept("it holds no lake marker".into()),
         Some(found) if found != desired.marker => {
-            return kept(format!(
-                "its marker names cluster {:?} ({}), not this one",
-                found.cluster, found.format
-            ));
+            tracing::warn!(
+                table = name,
+                format = %found.format,
+                cluster = %found.cluster,
+                "a table marked for another cluster or authority is kept"
+            );
+            return kept("its marker names another cluster or authority".into());
         }
         Some(_) => {}
     }

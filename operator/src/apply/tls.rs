@@ -1,7 +1,8 @@
-//! TLS: the cluster's CA and one serving certificate per role, drawn once. Like the token
-//! Secrets, the Secret is created and never read (AlreadyExists says it is there); the CA's
-//! certificate goes to a ConfigMap clients read, in the same pass that created the Secret. The
-//! CA's key is never stored.
+//! TLS: the cluster's CA and one serving certificate per role, drawn once per generation (see
+//! `plan::tls`: a generation is renewed before it expires). Like the token Secrets, a
+//! generation's Secret is created and never read (AlreadyExists says it is there); the CA's
+//! certificate goes to a ConfigMap clients read, beside the CAs before it, in the same pass that
+//! created the Secret. The CA's key is never stored.
 
 use std::collections::BTreeMap;
 
@@ -16,17 +17,108 @@ use rcgen::{
 
 use super::error::ApplyError;
 use crate::plan::tables::MANAGER;
-use crate::plan::tls::{CA_KEY, TlsPlan, cert_key};
+use crate::plan::tls::{
+    CA_BUNDLE, CA_KEY, EXPIRES, GENERATION, Issued, TlsPlan, VALID_FOR, cert_key,
+};
 
-/// How long the certificates are valid from their issue (two years), and how far before it
-/// they already are (clock skew between the operator and the clients).
-const VALID_FOR: time::Duration = time::Duration::days(730);
+/// How far before their issue the certificates are already valid (clock skew between the
+/// operator and the clients).
 const SKEW: time::Duration = time::Duration::hours(1);
+/// How long operators before renewal made certificates valid: the expiry of a CA ConfigMap
+/// without the annotation (its creation is the issue).
+const LEGACY_VALIDITY: std::time::Duration = std::time::Duration::from_secs(730 * 24 * 3600);
+
+/// Seconds since the Unix epoch, now.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
 
 fn validity(params: &mut CertificateParams) {
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - SKEW;
     params.not_after = now + VALID_FOR;
+}
+
+/// The PEM blocks of a bundle, in order.
+fn pem_blocks(bundle: &str) -> Vec<String> {
+    const END: &str = "-----END CERTIFICATE-----";
+    bundle
+        .split_inclusive(END)
+        .map(str::trim)
+        .filter(|b| b.starts_with("-----BEGIN CERTIFICATE-----") && b.ends_with(END))
+        .map(|b| format!("{b}\n"))
+        .collect()
+}
+
+/// `new` first, then the CAs of `previous` (a bundle), at most [`CA_BUNDLE`] in all.
+fn bundle(new: &str, previous: Option<&str>) -> String {
+    let mut blocks = pem_blocks(new);
+    for block in previous.map(pem_blocks).unwrap_or_default() {
+        if !blocks.contains(&block) {
+            blocks.push(block);
+        }
+    }
+    blocks.truncate(CA_BUNDLE);
+    blocks.concat()
+}
+
+/// Whether the CA ConfigMap is this cluster's (owned by its LakeCluster).
+fn ours(plan: &TlsPlan, cm: &ConfigMap) -> bool {
+    let uid = plan
+        .ca_config_map
+        .owner_references
+        .iter()
+        .flatten()
+        .next()
+        .map(|o| &o.uid);
+    cm.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| Some(&o.uid) == uid)
+}
+
+/// What the CA ConfigMap says was issued: `None` before the first issue, or when the ConfigMap
+/// of that name is not this cluster's (`ensure` refuses it).
+pub async fn issued(
+    client: &Client,
+    namespace: &str,
+    plan: &TlsPlan,
+) -> Result<Option<Issued>, ApplyError> {
+    let ca_name = plan.ca_config_map.name.clone().unwrap_or_default();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let published = config_maps
+        .get_opt(&ca_name)
+        .await
+        .map_err(|source| ApplyError::Kube {
+            operation: "get",
+            kind: "ConfigMap".into(),
+            name: ca_name.clone(),
+            source: Box::new(source),
+        })?;
+    Ok(published.filter(|cm| ours(plan, cm)).map(|cm| {
+        let annotation = |name: &str| {
+            cm.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(name))
+                .cloned()
+                .unwrap_or_default()
+        };
+        // Published before renewal existed: its certificates were issued with it, for two years.
+        let legacy = cm.metadata.creation_timestamp.as_ref().and_then(|t| {
+            u64::try_from(t.0.as_second())
+                .ok()
+                .map(|s| s.saturating_add(LEGACY_VALIDITY.as_secs()))
+        });
+        Issued {
+            generation: annotation(GENERATION).parse().unwrap_or(0),
+            expires: annotation(EXPIRES).parse().ok().or(legacy),
+        }
+    }))
 }
 
 /// The CA certificate (PEM) and the Secret's data: every role's certificate and key, and the CA.
@@ -58,7 +150,8 @@ fn issue(
         data.insert(cert_name, ByteString(cert.pem().into_bytes()));
         data.insert(key_name, ByteString(key.serialize_pem().into_bytes()));
     }
-    let ca_pem = ca_cert.pem();
+    // As every bundle holds it (see `bundle`), so the Secret's and the ConfigMap's are the same.
+    let ca_pem = pem_blocks(&ca_cert.pem()).concat();
     data.insert(CA_KEY.to_owned(), ByteString(ca_pem.clone().into_bytes()));
     Ok((ca_pem, data))
 }
@@ -89,20 +182,6 @@ pub async fn ensure(
             source: Box::new(source),
         }
     };
-    let ours = |cm: &ConfigMap| {
-        let uid = plan
-            .ca_config_map
-            .owner_references
-            .iter()
-            .flatten()
-            .next()
-            .map(|o| &o.uid);
-        cm.metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| Some(&o.uid) == uid)
-    };
     let not_published = || ApplyError::CaNotPublished {
         config_map: ca_name.clone(),
         secret: secret_name.clone(),
@@ -128,7 +207,7 @@ pub async fn ensure(
             .map_err(kube("get", "ConfigMap", &ca_name))?;
     match (&published, secret_exists) {
         // A ConfigMap of that name that is not this cluster's is left alone.
-        (Some(cm), _) if !ours(cm) => return Err(not_published()),
+        (Some(cm), _) if !ours(plan, cm) => return Err(not_published()),
         (Some(_), true) => return Ok(false),
         // The CA ConfigMap was deleted after the Secret was created: the CA is not recoverable
         // (its certificate is in the Secret, which the operator cannot read).
@@ -137,9 +216,40 @@ pub async fn ensure(
     }
     let (ca_pem, data) = issue(plan, &format!("{namespace}/{cluster}"))
         .map_err(|source| ApplyError::Certificate { source })?;
+    // The CAs before this one stay trusted while the pods roll onto the new generation. A CA
+    // published for this same generation whose Secret was never created (a pass stopped between
+    // the two) served nothing: it is replaced, not kept, so that repeated failures cannot push
+    // the CA the running pods serve out of the bundle.
+    let same_generation = published.as_ref().is_some_and(|cm| {
+        cm.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(GENERATION))
+            .is_some_and(|g| g == &plan.generation.to_string())
+    });
+    let previous = published
+        .as_ref()
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|d| d.get(CA_KEY))
+        .map(|bundle| {
+            let blocks = pem_blocks(bundle);
+            let skip = usize::from(same_generation);
+            blocks[skip..].concat()
+        });
+    let mut metadata = plan.ca_config_map.clone();
+    metadata.annotations = Some(BTreeMap::from([
+        (GENERATION.to_owned(), plan.generation.to_string()),
+        (
+            EXPIRES.to_owned(),
+            now().saturating_add(VALID_FOR.as_secs()).to_string(),
+        ),
+    ]));
     let ca = ConfigMap {
-        metadata: plan.ca_config_map.clone(),
-        data: Some(BTreeMap::from([(CA_KEY.to_owned(), ca_pem)])),
+        metadata,
+        data: Some(BTreeMap::from([(
+            CA_KEY.to_owned(),
+            bundle(&ca_pem, previous.as_deref()),
+        )])),
         ..Default::default()
     };
     config_maps
@@ -171,6 +281,7 @@ mod tests {
     #[test]
     fn each_role_gets_a_certificate_for_its_names_and_the_ca_signs_both() {
         let plan = TlsPlan {
+            generation: 0,
             secret: Default::default(),
             ca_config_map: Default::default(),
             certs: vec![
@@ -201,5 +312,29 @@ mod tests {
         // Two issues draw two CAs: nothing is derived from anything stored.
         let (other, _) = issue(&plan, "ns/dev").unwrap();
         assert_ne!(ca, other);
+    }
+
+    #[test]
+    fn a_renewal_publishes_the_new_ca_beside_the_ones_before() {
+        let plan = TlsPlan {
+            generation: 0,
+            secret: Default::default(),
+            ca_config_map: Default::default(),
+            certs: vec![("query".into(), vec!["q".into()])],
+        };
+        let cas: Vec<String> = (0..5).map(|_| issue(&plan, "ns/dev").unwrap().0).collect();
+        let mut published = cas[0].clone();
+        for ca in &cas[1..] {
+            published = bundle(ca, Some(&published));
+        }
+        let blocks = pem_blocks(&published);
+        assert_eq!(blocks.len(), CA_BUNDLE);
+        assert_eq!(blocks[0], pem_blocks(&cas[4])[0], "the newest first");
+        assert_eq!(blocks[1], pem_blocks(&cas[3])[0]);
+        // Publishing the same CA again adds nothing.
+        assert_eq!(
+            pem_blocks(&bundle(&cas[4], Some(&published))).len(),
+            CA_BUNDLE
+        );
     }
 }

@@ -25,7 +25,6 @@ use super::status::LakeClusterStatus;
     status = "LakeClusterStatus",
     derive = "PartialEq",
     derive = "Default",
-    cel,
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -56,8 +55,8 @@ use super::status::LakeClusterStatus;
     "!has(oldSelf.tables) || ((!has(oldSelf.tables.registry) || (has(self.tables) && has(self.tables.registry))) && (!has(oldSelf.tables.manifest) || (has(self.tables) && has(self.tables.manifest))))"
 ).message("spec.tables.registry and spec.tables.manifest cannot be removed once set"))]
 #[x_kube(validation = Rule::new(
-    "has(self.migration) == has(oldSelf.migration) && (!has(self.migration) || self.migration.sourceTable == oldSelf.migration.sourceTable)"
-).message("spec.migration is set when a LakeCluster is created and never changed: it cannot be added to a lake in use, removed, or pointed at another table (docs/guides/migration.md)"))]
+    "has(self.migration) == has(oldSelf.migration) && (!has(self.migration) || (self.migration.sourceTable == oldSelf.migration.sourceTable && self.migration.approval == oldSelf.migration.approval))"
+).message("spec.migration is set when a LakeCluster is created and never changed: it cannot be added to a lake in use, removed, pointed at another table, or switched to another approval mode (docs/guides/migration.md)"))]
 #[serde(rename_all = "camelCase")]
 pub struct LakeClusterSpec {
     /// Where data and the managed stage live: exactly one of `s3` or `local`.

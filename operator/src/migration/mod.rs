@@ -17,9 +17,14 @@
 //! - **approval** (`Manual`): the annotation [`APPROVE`] set to the verified digest.
 //! - **cutover**: right after the verify (`Automatic`), or once the approval is given and the
 //!   legacy table is checked unchanged since the verify (`Manual`), the workloads roll out.
+//!
+//! The approval mode, the verified digest and the cutover are also recorded where only the
+//! operator writes ([`ledger`]): a status it did not record (patched by hand) is not trusted,
+//! and the mode is fixed once the migration started.
 
 mod copy;
 pub mod fixture;
+pub mod ledger;
 pub mod legacy;
 mod scan;
 mod verify;
@@ -163,7 +168,14 @@ pub async fn advance(
     status: MigrationStatus,
     checkpoint: &dyn Checkpoint,
 ) -> Result<MigrationStatus, MigrationError> {
-    let mut status = status;
+    let mut recorded = ledger::read(dynamodb, &tables.manifest).await?;
+    if adoptable(&status, &recorded) {
+        let (manifest, registry) = verify::split_items(dynamodb, tables).await?;
+        if manifest > 0 || registry > 0 {
+            recorded = adopt(dynamodb, tables, &status, consent).await?;
+        }
+    }
+    let (mut status, consent) = trust(status, &recorded, consent);
     status.source_table = Some(tables.source.clone());
     let deadline = Instant::now() + COPY_BUDGET;
     loop {
@@ -174,6 +186,7 @@ pub async fn advance(
                     None
                 }
                 None => {
+                    ledger::record_approval(dynamodb, &tables.manifest, consent.approval).await?;
                     status.segments = fresh_segments();
                     Some(MigrationPhase::Copying)
                 }
@@ -196,7 +209,20 @@ pub async fn advance(
                 Some(MigrationPhase::Verifying)
             }
             MigrationPhase::Verifying => {
-                status = verify::verify(dynamodb, tables, consent, status).await?;
+                status = verify::verify(dynamodb, tables, &consent, status).await?;
+                // Recorded before the status says so.
+                if let (
+                    Some(digest),
+                    MigrationPhase::AwaitingApproval | MigrationPhase::CuttingOver,
+                ) = (&status.verified_digest, status.phase)
+                {
+                    ledger::record(dynamodb, &tables.manifest, ledger::Step::Verified, digest)
+                        .await?;
+                    if status.phase == MigrationPhase::CuttingOver {
+                        ledger::record(dynamodb, &tables.manifest, ledger::Step::Cutover, digest)
+                            .await?;
+                    }
+                }
                 None
             }
             MigrationPhase::AwaitingApproval => {
@@ -205,12 +231,25 @@ pub async fn advance(
                         && consent.approved_digest == status.verified_digest;
                 match &consent.approved_digest {
                     _ if approved => {
-                        // What was approved must still be what the source holds.
+                        // What was approved must still be what the source holds: a fresh scan
+                        // of it against the digest the operator recorded when it verified.
                         let scans = verify::scan_all(dynamodb, tables, false).await?;
-                        let changed = verify::changed(&status, &scans);
-                        if changed.is_empty() {
+                        let mut changed = verify::changed(&status, &scans);
+                        let now = verify::merged(scans);
+                        let verified = status.verified_digest.clone().unwrap_or_default();
+                        if changed.is_empty() && now.hex() == verified {
+                            ledger::record(
+                                dynamodb,
+                                &tables.manifest,
+                                ledger::Step::Cutover,
+                                &verified,
+                            )
+                            .await?;
                             Some(MigrationPhase::CuttingOver)
                         } else {
+                            if changed.is_empty() {
+                                changed = (0..SEGMENTS).collect();
+                            }
                             status = recopy(status, &changed, MigrationPhase::AwaitingApproval);
                             None
                         }
@@ -236,6 +275,86 @@ pub async fn advance(
         }
         checkpoint.save(&status).await?;
     }
+}
+
+/// Whether `status` is of a migration an operator without the ledger (an earlier version) took
+/// past its copy: nothing recorded, not even the approval mode every migration records as it
+/// starts. Re-verifying a `Complete` one would copy the source again over split tables the
+/// workloads have written to since.
+fn adoptable(status: &MigrationStatus, recorded: &ledger::Ledger) -> bool {
+    recorded.approval.is_none()
+        && matches!(
+            status.phase,
+            MigrationPhase::AwaitingApproval
+                | MigrationPhase::CuttingOver
+                | MigrationPhase::Complete
+        )
+        && status.verified_digest.is_some()
+}
+
+/// Records what an earlier operator's status says of its migration (see [`adoptable`]); the
+/// split tables hold its copy (a migration started by this version records its approval mode
+/// before it copies anything, so a status forged on one is never adopted).
+async fn adopt(
+    dynamodb: &Client,
+    tables: &Tables,
+    status: &MigrationStatus,
+    consent: &Consent,
+) -> Result<ledger::Ledger, MigrationError> {
+    let digest = status.verified_digest.clone().unwrap_or_default();
+    tracing::warn!(
+        phase = %status.phase,
+        "adopting a migration an earlier operator version ran: recording its phase"
+    );
+    let approval = ledger::record_approval(dynamodb, &tables.manifest, consent.approval).await?;
+    ledger::record(dynamodb, &tables.manifest, ledger::Step::Verified, &digest).await?;
+    if status.phase != MigrationPhase::AwaitingApproval {
+        ledger::record(dynamodb, &tables.manifest, ledger::Step::Cutover, &digest).await?;
+    }
+    ledger::read(dynamodb, &tables.manifest).await.map(|mut l| {
+        l.approval = l.approval.or(Some(approval));
+        l
+    })
+}
+
+/// `status` as far as the operator's own record (`recorded`) bears it out, and the consent with
+/// the approval mode fixed when the migration started.
+fn trust(
+    mut status: MigrationStatus,
+    recorded: &ledger::Ledger,
+    consent: &Consent,
+) -> (MigrationStatus, Consent) {
+    let mut consent = consent.clone();
+    let mut notes = Vec::new();
+    if let Some(mode) = recorded.approval {
+        if mode != consent.approval {
+            notes.push(format!(
+                "spec.migration.approval is {:?}, but this migration started as {mode:?}: the \
+                 mode is fixed once a migration starts",
+                consent.approval
+            ));
+        }
+        consent.approval = mode;
+    }
+    let proven = |digest: &Option<String>| digest.is_some() && *digest == status.verified_digest;
+    let untrusted = match status.phase {
+        MigrationPhase::AwaitingApproval => !proven(&recorded.verified),
+        MigrationPhase::CuttingOver | MigrationPhase::Complete => !proven(&recorded.cutover),
+        _ => false,
+    };
+    if untrusted {
+        notes.push(format!(
+            "status.migration said {}, which the operator did not record: verifying again",
+            status.phase
+        ));
+        status.phase = MigrationPhase::Verifying;
+        status.verified_digest = None;
+    }
+    if !notes.is_empty() {
+        tracing::warn!(notes = ?notes, "migration status not taken as recorded");
+        status.message = Some(notes.join("; "));
+    }
+    (status, consent)
 }
 
 /// After the workloads rolled out on the split tables.
@@ -324,4 +443,113 @@ pub(crate) fn failed(
     status.failed_in = Some(phase);
     status.message = Some(why);
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(approval: Approval) -> Consent {
+        Consent {
+            approval,
+            approved_digest: None,
+            lake: ("data".into(), "analytics".into()),
+        }
+    }
+
+    fn at(phase: MigrationPhase, digest: Option<&str>) -> MigrationStatus {
+        MigrationStatus {
+            phase,
+            verified_digest: digest.map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_migrations_without_any_record_are_adopted() {
+        let none = ledger::Ledger::default();
+        let started = ledger::Ledger {
+            approval: Some(Approval::Manual),
+            ..Default::default()
+        };
+        for phase in [
+            MigrationPhase::AwaitingApproval,
+            MigrationPhase::CuttingOver,
+            MigrationPhase::Complete,
+        ] {
+            assert!(adoptable(&at(phase, Some("d")), &none), "{phase}");
+            // A migration this version started recorded its mode: a status is never adopted.
+            assert!(!adoptable(&at(phase, Some("d")), &started), "{phase}");
+            assert!(!adoptable(&at(phase, None), &none), "{phase}");
+        }
+        for phase in [
+            MigrationPhase::Pending,
+            MigrationPhase::Copying,
+            MigrationPhase::Verifying,
+        ] {
+            assert!(!adoptable(&at(phase, Some("d")), &none), "{phase}");
+        }
+    }
+
+    #[test]
+    fn the_approval_mode_is_the_one_recorded_at_the_start() {
+        let recorded = ledger::Ledger {
+            approval: Some(Approval::Manual),
+            ..Default::default()
+        };
+        let (status, consent) = trust(
+            at(MigrationPhase::Copying, None),
+            &recorded,
+            &wanted(Approval::Automatic),
+        );
+        assert_eq!(consent.approval, Approval::Manual);
+        assert!(
+            status.message.unwrap_or_default().contains("fixed once"),
+            "the change is reported"
+        );
+        // Not yet started: the spec's mode stands.
+        let (_, consent) = trust(
+            at(MigrationPhase::Pending, None),
+            &ledger::Ledger::default(),
+            &wanted(Approval::Automatic),
+        );
+        assert_eq!(consent.approval, Approval::Automatic);
+    }
+
+    #[test]
+    fn a_phase_the_operator_did_not_record_is_verified_again() {
+        let recorded = ledger::Ledger {
+            approval: Some(Approval::Manual),
+            verified: Some("v1".into()),
+            cutover: None,
+        };
+        let manual = wanted(Approval::Manual);
+        for (phase, digest) in [
+            (MigrationPhase::CuttingOver, Some("v1")),
+            (MigrationPhase::Complete, Some("v1")),
+            (MigrationPhase::AwaitingApproval, Some("forged")),
+            (MigrationPhase::AwaitingApproval, None),
+        ] {
+            let (status, _) = trust(at(phase, digest), &recorded, &manual);
+            assert_eq!(
+                status.phase,
+                MigrationPhase::Verifying,
+                "{phase} {digest:?}"
+            );
+            assert_eq!(status.verified_digest, None);
+        }
+        // What the operator recorded stands.
+        let (status, _) = trust(
+            at(MigrationPhase::AwaitingApproval, Some("v1")),
+            &recorded,
+            &manual,
+        );
+        assert_eq!(status.phase, MigrationPhase::AwaitingApproval);
+        let cut = ledger::Ledger {
+            cutover: Some("v1".into()),
+            ..recorded
+        };
+        let (status, _) = trust(at(MigrationPhase::Complete, Some("v1")), &cut, &manual);
+        assert_eq!(status.phase, MigrationPhase::Complete);
+    }
 }

@@ -101,9 +101,14 @@ pub(super) async fn schema_problem(
         || !typed("base_uri", ScalarAttributeType::S)
         || !typed("version", ScalarAttributeType::N)
     {
-        return Ok(Some(format!(
-            "its key schema is {keys:?}, not a lake v1 table's (base_uri S hash, version N range)"
-        )));
+        tracing::warn!(
+            table = source,
+            ?keys,
+            "a migration source that is not a lake v1 table"
+        );
+        return Ok(Some(
+            "its key schema is not a lake v1 table's (base_uri S hash, version N range)".into(),
+        ));
     }
     Ok(None)
 }

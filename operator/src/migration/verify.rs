@@ -108,6 +108,15 @@ pub(super) async fn scan_all(
     futures::future::try_join_all(scans).await
 }
 
+/// The digest of the whole source, from every segment's scan.
+pub(super) fn merged(scans: Vec<SegmentScan>) -> SetDigest {
+    let mut digest = SetDigest::default();
+    for scan in scans {
+        digest.merge(scan.digest);
+    }
+    digest
+}
+
 /// Segments whose content differs from what the copy read.
 pub(super) fn changed(status: &MigrationStatus, scans: &[SegmentScan]) -> Vec<i32> {
     scans

@@ -158,8 +158,10 @@ fn list_statement(s3: &S3Location) -> Value {
         "Action": ["s3:ListBucket"],
         "Resource": [format!("arn:aws:s3:::{}", s3.bucket)],
     });
+    // `wh/` and `wh/*`, never `wh`: S3 lists by string prefix, and `wh` lists `wh2/…` and
+    // `wh-finance/…`, the keys of prefixes outside the warehouse.
     if !s3.prefix.is_empty() {
-        list["Condition"] = json!({"StringLike": {"s3:prefix": [s3.prefix.clone(), s3.key("*")]}});
+        list["Condition"] = json!({"StringLike": {"s3:prefix": [s3.key(""), s3.key("*")]}});
     }
     list
 }
@@ -306,7 +308,8 @@ pub fn policies(cluster: &ValidatedCluster, inputs: &IamInputs) -> Vec<RolePolic
     };
     let query_account = account(&iam.query_role, &inputs.query_account);
     let metadata_account = account(&iam.metadata_role, &inputs.metadata_account);
-    // Tables live in the metadata role's account (the operator creates them there).
+    // Tables live in the operator's own account, where it creates them: the metadata role's
+    // account, which the allowlist pins to it (`allowlist::admit`).
     let manifest_arn = ManifestTableArn(TableArn::new(
         &aws.region,
         &metadata_account,
@@ -390,8 +393,38 @@ mod tests {
         );
         assert_eq!(
             doc["Statement"][2]["Condition"]["StringLike"]["s3:prefix"],
-            json!(["prod", "prod/*"])
+            json!(["prod/", "prod/*"])
         );
+    }
+
+    /// `s3:prefix` is a string prefix of the listing: `wh` would list `wh2/…` and
+    /// `wh-finance/…`. Every allowed listing prefix of both roles ends inside `wh/`.
+    #[test]
+    fn listing_stays_inside_the_prefix() {
+        let s3 = s3("wh");
+        let registry = RegistryTableArn(TableArn::new("eu-west-1", "123456789012", "t-registry"));
+        for doc in [
+            query_document(&manifest(), &s3),
+            metadata_document(&registry, &manifest(), &s3),
+        ] {
+            let lists: Vec<&Value> = doc["Statement"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["Action"].to_string().contains("s3:ListBucket"))
+                .collect();
+            assert_eq!(lists.len(), 1, "{doc}");
+            let prefixes = lists[0]["Condition"]["StringLike"]["s3:prefix"]
+                .as_array()
+                .unwrap();
+            assert!(!prefixes.is_empty());
+            for p in prefixes {
+                assert!(
+                    p.as_str().unwrap().starts_with("wh/"),
+                    "{p} lists outside wh/"
+                );
+            }
+        }
     }
 
     #[test]

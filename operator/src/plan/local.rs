@@ -21,8 +21,9 @@ use lake_common::plan::Role;
 
 use super::network::local_ingress;
 use super::pod::{
-    container_port, container_security, default_resources, pod_security, secret_volume, tcp_probe,
-    tls_volume, tmp_volume,
+    SPILL_DIR, container_port, container_security, default_resources, mebibytes, pod_security,
+    resources_with_disk, secret_volume, spill_limit_mb, tcp_probe, tls_volume, tmp_size_mb,
+    tmp_volume,
 };
 use super::workloads::{Component, Object, labels, meta_named, service};
 use crate::crd::DeletionPolicy;
@@ -41,28 +42,6 @@ pub fn workload_name(cluster: &ValidatedCluster) -> String {
 /// Where each role's token Secret is mounted (each endpoint checks its own tokens).
 fn token_dir(role: Role) -> String {
     format!("{}/{role}", super::tokens::TOKEN_DIR)
-}
-
-/// MiB in a memory quantity (`2Gi`, `512Mi`, `1G`, bytes); `None` for what it cannot read.
-fn mebibytes(quantity: &str) -> Option<u64> {
-    let split = quantity
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(quantity.len());
-    let (number, suffix) = quantity.split_at(split);
-    let number: u64 = number.parse().ok()?;
-    let bytes: u64 = match suffix {
-        "" => 1,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ti" => 1 << 40,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "T" => 1_000_000_000_000,
-        _ => return None,
-    };
-    Some(number.checked_mul(bytes)? >> 20)
 }
 
 /// What each endpoint's queries may hold together, and one query, MiB: two endpoints share the
@@ -106,6 +85,14 @@ fn args(cluster: &ValidatedCluster, path: &Path) -> Vec<String> {
             query.to_string(),
         ]);
     }
+    // One `/tmp` for both endpoints: each spills within its share.
+    let tmp = tmp_size_mb(&resources_with_disk(cluster.metadata.resources.clone()));
+    args.extend([
+        "--spill-dir".into(),
+        SPILL_DIR.into(),
+        "--spill-limit-mb".into(),
+        spill_limit_mb(tmp, 2).to_string(),
+    ]);
     if cluster.tls == crate::crd::TlsMode::Operator {
         let (cert, key) = super::tls::files();
         args.extend(["--tls-cert".into(), cert, "--tls-key".into(), key]);
@@ -137,8 +124,9 @@ fn claim(volume: &LocalVolume) -> PersistentVolumeClaim {
 
 fn stateful_set(cluster: &ValidatedCluster, path: &Path, volume: &LocalVolume) -> StatefulSet {
     let name = workload_name(cluster);
+    let resources = resources_with_disk(cluster.metadata.resources.clone());
     let (volumes, mut mounts): (Vec<Volume>, Vec<VolumeMount>) = [
-        Some(tmp_volume()),
+        Some(tmp_volume(tmp_size_mb(&resources))),
         Some(secret_volume(
             "query-tokens",
             super::tokens::secret_name(cluster, Role::Query),
@@ -203,13 +191,7 @@ fn stateful_set(cluster: &ValidatedCluster, path: &Path, volume: &LocalVolume) -
                         // `lake local` binds both ports before it serves either.
                         readiness_probe: Some(tcp_probe("query", 5, 3)),
                         liveness_probe: Some(tcp_probe("metadata", 10, 6)),
-                        resources: Some(
-                            cluster
-                                .metadata
-                                .resources
-                                .clone()
-                                .unwrap_or_else(default_resources),
-                        ),
+                        resources: Some(resources),
                         security_context: Some(container_security()),
                         volume_mounts: Some(mounts),
                         ..Default::default()
@@ -344,7 +326,9 @@ spec:
         assert_eq!(mebibytes("2Gi"), Some(2048));
         assert_eq!(mebibytes("512Mi"), Some(512));
         assert_eq!(mebibytes("1G"), Some(953));
-        assert_eq!(mebibytes("1.5Gi"), None);
+        assert_eq!(mebibytes("1.5Gi"), Some(1536));
+        assert_eq!(mebibytes("2e9"), Some(1907));
+        assert_eq!(mebibytes("lots"), None);
         // The default 2Gi limit: 819 MiB per endpoint, 512 per query.
         assert_eq!(memory_limits(&local("")), Some((819, 512)));
         let mut small = local("");

@@ -5,7 +5,7 @@
 pub mod iam;
 pub mod local;
 mod network;
-mod pod;
+pub(crate) mod pod;
 pub mod selftest;
 pub mod tables;
 pub mod tls;

@@ -24,8 +24,8 @@ use crate::validate::ValidatedCluster;
 
 use super::network::metadata_ingress;
 use super::pod::{
-    container_port, container_security, default_resources, pod_security, secret_volume, tcp_probe,
-    tls_volume, tmp_volume,
+    container_port, container_security, pod_security, resources_with_disk, secret_volume,
+    tcp_probe, tls_volume, tmp_size_mb, tmp_volume,
 };
 
 /// The pod-template annotation that changes whenever a role's configuration does, so a config
@@ -191,9 +191,10 @@ fn deployment(
     resources: Option<ResourceRequirements>,
 ) -> Deployment {
     let name = workload_name(cluster, role);
+    let resources = resources_with_disk(resources);
     // The role's bearer tokens (LAKE_TOKEN_FILE) and, with TLS, only its own certificate.
     let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = [
-        Some(tmp_volume()),
+        Some(tmp_volume(tmp_size_mb(&resources))),
         Some(secret_volume(
             "tokens",
             super::tokens::secret_name(cluster, role),
@@ -246,7 +247,7 @@ fn deployment(
                         ports: Some(vec![container_port("flight", default_port(role))]),
                         readiness_probe: Some(tcp_probe("flight", 5, 3)),
                         liveness_probe: Some(tcp_probe("flight", 10, 6)),
-                        resources: Some(resources.unwrap_or_else(default_resources)),
+                        resources: Some(resources),
                         security_context: Some(container_security()),
                         volume_mounts: Some(mounts),
                         ..Default::default()

@@ -101,6 +101,20 @@ pub(super) async fn cleanup(
         }
         if validated.deletion_policy == crate::crd::DeletionPolicy::Delete {
             for table in plan::tables::tables(&validated) {
+                // A name outside the allowlist (set after creation, say) is neither looked up
+                // nor deleted: its Event must not tell the tenant whether it exists.
+                if !ctx
+                    .allowlist
+                    .admits_table(&validated.namespace, table.name.as_str())
+                {
+                    let note = format!(
+                        "table {} was not deleted: it is outside what the operator's allowlist \
+                         grants this namespace",
+                        table.name
+                    );
+                    publish(ctx, cluster, EventType::Warning, "TableKept", note).await;
+                    continue;
+                }
                 let outcome = apply::tables::delete_owned(
                     &clients.dynamodb,
                     &table,

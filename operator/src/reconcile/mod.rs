@@ -61,6 +61,8 @@ pub enum ReconcileError {
     Apply(#[from] ApplyError),
     #[error("migration: {0}")]
     Migration(#[from] MigrationError),
+    #[error(transparent)]
+    Account(#[from] crate::aws::AccountError),
     #[error("Kubernetes {operation} of LakeCluster {name}: {source}")]
     Kube {
         operation: &'static str,
@@ -75,6 +77,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Apply(e) => e.reason(),
             ReconcileError::Migration(_) => "MigrationError",
+            ReconcileError::Account(_) => "AwsError",
             ReconcileError::Kube { .. } => "KubernetesError",
         }
     }
@@ -191,26 +194,64 @@ pub fn error_policy(
     Action::requeue(delay)
 }
 
-/// The admitted spec, or the status that says why not (a terminal condition).
-fn admitted(cluster: &LakeCluster, ctx: &Context) -> Result<ValidatedCluster, String> {
+/// Whether a spec is admitted.
+enum Admission {
+    Admitted(Box<ValidatedCluster>),
+    /// Invalid, or refused by the allowlist: a terminal condition, with why.
+    Refused(String),
+}
+
+/// Validates and admits the spec. Pure but for the operator's own AWS account, asked of STS
+/// once (and only for role ARNs the allowlist must pin): nothing about the cluster reaches AWS
+/// before it is admitted.
+async fn admitted(cluster: &LakeCluster, ctx: &Context) -> Result<Admission, ReconcileError> {
     let join = |errors: lake_common::plan::PlanErrors| {
-        errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
+        Admission::Refused(
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
     };
-    let validated = validate::validate(cluster).map_err(join)?;
-    allowlist::admit(&validated, &ctx.allowlist).map_err(join)?;
-    Ok(validated)
+    let validated = match validate::validate(cluster) {
+        Ok(v) => v,
+        Err(errors) => return Ok(join(errors)),
+    };
+    let account = match validated.authority.aws() {
+        Some(aws) if allowlist::needs_operator_account(&validated, &ctx.allowlist) => {
+            Some(ctx.aws.operator_account(&aws.region).await?)
+        }
+        _ => None,
+    };
+    Ok(
+        match allowlist::admit(&validated, &ctx.allowlist, account.as_deref()) {
+            Ok(()) => Admission::Admitted(Box::new(validated)),
+            Err(errors) => join(errors),
+        },
+    )
 }
 
 async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, ReconcileError> {
     let generation = cluster.meta().generation;
     // validate + admit: pure; a refused spec never reaches AWS.
-    let validated = match admitted(cluster, ctx) {
-        Ok(v) => v,
-        Err(message) => {
+    let admission = match admitted(cluster, ctx).await {
+        Ok(admission) => admission,
+        Err(e) => {
+            let waiting = "waiting for the operator's own AWS account";
+            let checks = [
+                Check::unknown(PLAN_VALID, "Waiting", waiting),
+                Check::unknown(TABLES_READY, "Waiting", waiting),
+                Check::failed(POLICIES_READY, e.reason(), e.to_string()),
+                Check::unknown(WORKLOADS_READY, "Waiting", waiting),
+            ];
+            write_status(ctx, cluster, &checks, generation, Facts::default()).await?;
+            return Err(e);
+        }
+    };
+    let validated = match admission {
+        Admission::Admitted(v) => *v,
+        Admission::Refused(message) => {
             let checks = [
                 Check::failed(PLAN_VALID, "InvalidSpec", message),
                 Check::unknown(TABLES_READY, "PlanInvalid", "the spec is invalid"),
@@ -267,6 +308,32 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
             return Err(e.into());
         }
     };
+    // The certificates' generation: the one issued, or the next once it nears its expiry (the
+    // pods then mount the new generation's Secret, which the workloads step issues).
+    let mut validated = validated;
+    if let Some(tls) = plan::tls::tls(&validated) {
+        match apply::tls::issued(&ctx.client, &validated.namespace, &tls).await {
+            Ok(issued) => {
+                // Never below what the pods were last given (a deleted CA ConfigMap forgets it).
+                let recorded = cluster
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.tls.as_ref())
+                    .and_then(|t| plan::tls::generation_of(&validated, &t.secret))
+                    .unwrap_or(0);
+                validated.tls_generation =
+                    plan::tls::generation_to_serve(issued, apply::tls::now()).max(recorded);
+            }
+            Err(e) => {
+                let checks = [
+                    plan_valid,
+                    Check::failed(WORKLOADS_READY, e.reason(), e.to_string()),
+                ];
+                write_status(ctx, cluster, &checks, generation, facts).await?;
+                return Err(e.into());
+            }
+        }
+    }
     let LakePlan {
         tables,
         policies,
@@ -323,11 +390,15 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
         Some(Err((e, None))) => (recorded(), Some(e), false),
         None => (recorded(), None, false),
     };
+    // Only a phase this pass bore out (`migration::advance` checks the status against the
+    // operator's own record) points the workloads at the split tables; a status read back but
+    // not checked (the step failed) does not.
     let cut_over = migration.as_ref().is_none_or(|m| {
-        matches!(
-            m.phase,
-            MigrationPhase::CuttingOver | MigrationPhase::Complete
-        )
+        advanced
+            && matches!(
+                m.phase,
+                MigrationPhase::CuttingOver | MigrationPhase::Complete
+            )
     });
     // Workloads only once the stores they point at exist and their roles may reach them.
     let workloads = match (&failure, &migration) {

@@ -96,18 +96,26 @@ pub(super) async fn workloads_step(
     });
     let mut tls = None;
     if let Some(plan) = created_once.tls {
-        if must_create(cluster, |s| s.tls.is_some()) {
+        let secret = plan::tls::secret_name(validated);
+        // Until the status records this generation's Secret (a renewal names a new one).
+        if must_create(cluster, |s| {
+            s.tls.as_ref().is_some_and(|t| t.secret == secret)
+        }) {
             match apply::tls::ensure(&ctx.client, &validated.namespace, &validated.name, plan).await
             {
                 Err(e) => return WorkloadsOutcome::failed(e),
                 Ok(true) => {
-                    tracing::info!(cluster = %validated.name, "TLS certificates issued");
+                    tracing::info!(
+                        cluster = %validated.name,
+                        generation = plan.generation,
+                        "TLS certificates issued"
+                    );
                 }
                 Ok(false) => {}
             }
         }
         tls = Some(TlsStatus {
-            secret: plan::tls::secret_name(validated),
+            secret,
             ca_config_map: plan::tls::ca_config_map_name(validated),
         });
     }

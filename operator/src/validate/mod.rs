@@ -40,6 +40,10 @@ pub struct ValidatedCluster {
     pub delete_adopted_tables: bool,
     pub paused: bool,
     pub tls: TlsMode,
+    /// The generation of operator-issued certificates the pods mount (`plan::tls`): not part of
+    /// the spec; reconcile reads it from the CA ConfigMap (0 for `render`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tls_generation: u32,
     /// The PersistentVolumeClaim of a local (development) lake; `None` on S3.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_volume: Option<LocalVolume>,
@@ -270,6 +274,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             delete_adopted_tables: spec.tables.delete_adopted,
             paused: spec.paused,
             tls: spec.tls,
+            tls_generation: 0,
             local_volume: spec.storage.local.as_ref().map(|local| LocalVolume {
                 size: local.size.clone(),
                 storage_class_name: local.storage_class_name.clone(),
@@ -277,4 +282,8 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
         }),
         _ => Err(PlanErrors(errors)),
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -53,6 +53,11 @@ for (const who of ['query', 'metadata']) {
   expect(who, 's3:GetObject', s3(`${input.bucket}-other`, `${p}/x`), false)
   expect(who, 's3:ListBucket', `arn:aws:s3:::${input.bucket}`, true, { 's3:prefix': `${p}/sales/` })
   expect(who, 's3:ListBucket', `arn:aws:s3:::${input.bucket}`, false, { 's3:prefix': 'other-prefix/' })
+  // S3 lists by string prefix: `${p}` alone would list the sibling prefixes `${p}2/…`.
+  expect(who, 's3:ListBucket', `arn:aws:s3:::${input.bucket}`, true, { 's3:prefix': `${p}/` })
+  expect(who, 's3:ListBucket', `arn:aws:s3:::${input.bucket}`, false, { 's3:prefix': p })
+  expect(who, 's3:ListBucket', `arn:aws:s3:::${input.bucket}`, false, { 's3:prefix': `${p}2/` })
+  expect(who, 's3:ListBucket', `arn:aws:s3:::${input.bucket}`, false, { 's3:prefix': `${p}-finance/` })
   expect(who, 's3:DeleteBucket', `arn:aws:s3:::${input.bucket}`, false)
 }
 

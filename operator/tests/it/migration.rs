@@ -3,11 +3,13 @@
 //! through `lake serve` (real Lance commits), turned into a v1 table by
 //! `lake-operator legacy-fixture`. The migrating cluster reads the same warehouse.
 
-use super::reconcile::{Harness, NS, cluster_yaml, create_roles, dynamodb, harness};
+use super::reconcile::{Harness, NS, cluster_yaml, create_roles, dynamodb, harness, harness_with};
 use aws_sdk_dynamodb::types::AttributeValue;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
+use lake_operator::allowlist::Allowlist;
 use lake_operator::crd::{MigrationPhase, MigrationStatus};
 use lake_operator::migration::legacy::{self, Item, LegacyItem, SetDigest};
 use lake_operator::reconcile::reconcile;

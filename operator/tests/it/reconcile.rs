@@ -112,10 +112,11 @@ pub(super) fn pool(key: &str) -> Arc<AwsPool> {
     })
 }
 
-/// What the tests' operator allows namespace `data`: the roles and buckets `cluster_yaml` names.
+/// What the tests' operator allows namespace `data`: the roles and buckets `cluster_yaml` names,
+/// any table name and migration source (the tests name their own).
 pub(super) fn test_allowlist() -> Allowlist {
     Allowlist::parse(
-        "namespaces:\n  data:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{bucket: \"*-bucket\"}]\n    adopt: true\n",
+        "namespaces:\n  data:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{bucket: \"*-bucket\"}]\n    tables: [\"*\"]\n    migrationSources: [\"*\"]\n    adopt: true\n",
         "tests",
     )
     .unwrap()

@@ -342,9 +342,23 @@ fn render_checks_the_allowlist() {
         !out.status.success() && stderr.contains("rolez"),
         "{stderr}"
     );
+    // The sample names its own tables: outside the namespace's default names, refused
+    // unless the allowlist lists them.
+    let default_tables = write(
+        "default-tables.yaml",
+        "namespaces:\n  data:\n    roles: [lake-query, lake-metadata]\n    storage: [{bucket: acme-lake, prefix: analytics}]\n",
+    );
+    let out = render(sample, &["--allowlist", &default_tables]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("spec.tables.registry")
+            && stderr.contains("spec.tables.manifest"),
+        "{stderr}"
+    );
     let allowed = write(
         "ok.yaml",
-        "namespaces:\n  data:\n    roles: [lake-query, lake-metadata]\n    storage: [{bucket: acme-lake, prefix: analytics}]\n",
+        "namespaces:\n  data:\n    roles: [lake-query, lake-metadata]\n    storage: [{bucket: acme-lake, prefix: analytics}]\n    tables: [analytics-*]\n",
     );
     let out = render(sample, &["--allowlist", &allowed]);
     assert!(

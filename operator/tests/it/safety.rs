@@ -261,7 +261,11 @@ async fn adoption_needs_consent_and_never_takes_another_clusters_table() {
     assert_eq!(h3.reconcile().await, Action::await_change());
     let (_, reason, message) = h3.condition("TablesReady").await;
     assert_eq!(reason, "MarkerConflict", "{message}");
-    assert!(message.contains("the-creators-uid"), "{message}");
+    assert!(message.contains("another cluster created it"), "{message}");
+    assert!(
+        !message.contains("the-creators-uid"),
+        "its owner's uid leaked: {message}"
+    );
     assert_eq!(
         item_count(&raced).await,
         0,

@@ -296,10 +296,16 @@ async fn a_pass_stopped_between_the_ca_and_its_secret_is_repaired() {
     let name = unique("tlscrash");
     create_roles(&name).await;
     let h = harness(cluster_yaml(&name, "")).await;
-    // What the stopped pass left: the CA ConfigMap (this cluster's), no Secret.
+    // What the stopped pass left: the CA ConfigMap (this cluster's, generation 0), no Secret.
     let uid = h.cluster().await.metadata.uid.unwrap();
+    let in_a_year = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 365 * 24 * 3600;
     let stale = serde_json::from_value::<ConfigMap>(json!({
         "metadata": {"name": format!("{name}-lake-ca"), "namespace": NS,
+            "annotations": {"lake.dev/tls-generation": "0", "lake.dev/tls-expires": in_a_year.to_string()},
             "ownerReferences": [{"apiVersion": "lake.dev/v1alpha1", "kind": "LakeCluster",
                 "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
         "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nstale\n-----END CERTIFICATE-----\n"}
@@ -326,7 +332,130 @@ async fn a_pass_stopped_between_the_ca_and_its_secret_is_repaired() {
     assert_eq!(
         published["ca.crt"].as_bytes(),
         secret["ca.crt"].0.as_slice(),
-        "the published CA signed the Secret's certificates"
+        "the published CA signed the Secret's certificates; the stale one, which signed nothing \
+         that serves, is not kept"
     );
     assert_ne!(h.condition("WorkloadsReady").await.1, "CaNotPublished");
+}
+
+/// Certificates are renewed before they expire, and each renewal rotates the CA without an
+/// outage: a new generation (CA, certificates, Secret) once the recorded expiry is within 30
+/// days, the CA bundle holding the new CA and the old, the pods moved onto the new Secret, the
+/// old one left as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn certificates_are_renewed_before_they_expire() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let name = unique("renew");
+    create_roles(&name).await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    h.reconcile().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let ca_maps = Api::<ConfigMap>::namespaced(h.client.clone(), NS);
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), NS);
+    let annotation = |cm: &ConfigMap, key: &str| -> u64 {
+        cm.metadata.annotations.as_ref().unwrap()[key]
+            .parse()
+            .unwrap()
+    };
+    let first = ca_maps.get(&format!("{name}-lake-ca")).await.unwrap();
+    assert_eq!(annotation(&first, "lake.dev/tls-generation"), 0);
+    let expires = annotation(&first, "lake.dev/tls-expires");
+    assert!(
+        expires.abs_diff(now + 365 * 24 * 3600) < 3600,
+        "valid for a year: {expires} at {now}"
+    );
+    let old_ca = first.data.as_ref().unwrap()["ca.crt"].clone();
+
+    // Within 30 days of its expiry (as an administrator forces it), the next pass renews.
+    let soon = json!({"metadata": {"annotations": {"lake.dev/tls-expires": (now + 24 * 3600).to_string()}}});
+    ca_maps
+        .patch(
+            &format!("{name}-lake-ca"),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&soon),
+        )
+        .await
+        .unwrap();
+    h.reconcile().await;
+    let renewed = secrets.get(&format!("{name}-lake-tls-1")).await.unwrap();
+    let renewed = renewed.data.unwrap();
+    let published = ca_maps.get(&format!("{name}-lake-ca")).await.unwrap();
+    assert_eq!(annotation(&published, "lake.dev/tls-generation"), 1);
+    assert!(annotation(&published, "lake.dev/tls-expires") > now + 300 * 24 * 3600);
+    let bundle = published.data.unwrap()["ca.crt"].clone();
+    let new_ca = String::from_utf8(renewed["ca.crt"].0.clone()).unwrap();
+    assert_ne!(new_ca, old_ca, "a new CA");
+    assert_eq!(
+        bundle,
+        format!("{new_ca}{old_ca}"),
+        "the new CA first, the old one kept"
+    );
+    // The old generation's Secret is left as it was (old pods keep serving until they roll).
+    let old = secrets
+        .get(&format!("{name}-lake-tls"))
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    assert_eq!(String::from_utf8(old["ca.crt"].0.clone()).unwrap(), old_ca);
+    // The pods move onto the new Secret; status names it.
+    for role in ["query", "metadata"] {
+        let deployment: Deployment = h.deployment(role).await;
+        let tls = deployment
+            .spec
+            .template
+            .spec
+            .unwrap()
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "tls")
+            .unwrap();
+        assert_eq!(
+            tls.secret.unwrap().secret_name.as_deref(),
+            Some(format!("{name}-lake-tls-1").as_str()),
+            "{role}"
+        );
+    }
+    let status = h.cluster().await.status.unwrap();
+    assert_eq!(status.tls.unwrap().secret, format!("{name}-lake-tls-1"));
+    // The new certificates chain to the new CA, and to the bundle clients read; not to the old CA.
+    let dir = tempfile::tempdir().unwrap();
+    let file = |n: &str, text: &[u8]| {
+        let path = dir.path().join(n);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let leaf = file("query.crt", &renewed["query.crt"].0);
+    for (ca, ok) in [
+        (bundle.as_str(), true),
+        (new_ca.as_str(), true),
+        (old_ca.as_str(), false),
+    ] {
+        let ca_file = file("ca.pem", ca.as_bytes());
+        let out = std::process::Command::new("openssl")
+            .args(["verify", "-CAfile"])
+            .arg(&ca_file)
+            .arg(&leaf)
+            .output()
+            .expect("openssl (scripts/bootstrap installs it)");
+        assert_eq!(
+            out.status.success(),
+            ok,
+            "{}",
+            lake_testkit::output_text(&out)
+        );
+    }
+    // Renewed, the next pass leaves it.
+    h.reconcile().await;
+    assert!(
+        secrets
+            .get_opt(&format!("{name}-lake-tls-2"))
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

@@ -128,6 +128,57 @@ async fn a_migration_into_tables_that_hold_data_never_starts() {
     assert_eq!(content(&registry).await.0, 1, "the live row is untouched");
 }
 
+/// A migration source is read with the operator's own rights: a namespace may name only the
+/// sources the administrator lists. Any other — another cluster's manifest table included — is
+/// refused before the operator reads, or even describes, it.
+#[tokio::test(flavor = "multi_thread")]
+async fn migration_sources_are_allowlisted() {
+    use aws_sdk_dynamodb::types::ScalarAttributeType;
+    let source = unique("someone-elses-manifests");
+    super::super::reconcile::create_lake_table(
+        &source,
+        "base_uri",
+        ("version", ScalarAttributeType::N),
+    )
+    .await;
+    let allowlist = |sources: &str| {
+        Allowlist::parse(
+            &format!(
+                "namespaces:\n  data:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{{bucket: \"*-bucket\"}}]\n    migrationSources: [{sources}]\n"
+            ),
+            "test allowlist",
+        )
+        .unwrap()
+    };
+    let name = unique("srcallow");
+    create_roles(&name).await;
+    let spec = format!("  migration:\n    sourceTable: {source}\n    approval: Manual\n");
+    let h = harness_with(cluster_yaml(&name, &spec), allowlist("lake-v1-*")).await;
+    let recording = moto().start_recording();
+    assert_eq!(h.reconcile().await, Action::await_change());
+    let log = recording.stop();
+    let (status, reason, message) = h.condition("PlanValid").await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidSpec"));
+    assert!(message.contains("spec.migration.sourceTable"), "{message}");
+    let calls = requests_signed_by(&log, &h.key);
+    assert!(calls.is_empty(), "AWS was called: {calls:?}");
+    assert!(h.cluster().await.status.unwrap().migration.is_none());
+
+    // Listed, the same source is read: the migration starts (and, its table being empty, runs).
+    let name = unique("srcallow");
+    create_roles(&name).await;
+    let h = harness_with(
+        cluster_yaml(&name, &spec),
+        allowlist(&format!("\"{source}\"")),
+    )
+    .await;
+    h.reconcile().await;
+    assert_eq!(h.condition("PlanValid").await.0, "True");
+    let status = migration(&h).await;
+    assert_ne!(status.phase, MigrationPhase::Pending, "{status:?}");
+    assert_ne!(status.phase, MigrationPhase::Failed, "{status:?}");
+}
+
 /// A source that is not a lake v1 table (another key schema) stops the migration in Pending,
 /// saying why, before anything is copied.
 #[tokio::test(flavor = "multi_thread")]

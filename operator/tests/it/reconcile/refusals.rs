@@ -112,9 +112,14 @@ async fn a_table_with_the_wrong_key_schema_is_a_terminal_condition_and_left_alon
         (status.as_str(), reason.as_str()),
         ("False", "KeySchemaMismatch")
     );
+    // The tenant learns the name it chose is taken, not what the table holds.
     assert!(
-        message.contains(&registry) && message.contains("HASH id"),
+        message.contains(&registry) && message.contains("another key schema"),
         "{message}"
+    );
+    assert!(
+        !message.contains("HASH id"),
+        "the foreign key schema leaked: {message}"
     );
     let touched: Vec<_> = requests_signed_by(&log, &h.key)
         .into_iter()

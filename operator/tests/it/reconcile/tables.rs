@@ -73,7 +73,11 @@ async fn matching_tables_are_adopted_and_another_clusters_are_not() {
         (status.as_str(), reason.as_str()),
         ("False", "MarkerConflict")
     );
-    assert!(message.contains("someone-else"), "{message}");
+    assert!(message.contains("another cluster"), "{message}");
+    assert!(
+        !message.contains("someone-else"),
+        "its owner's uid leaked: {message}"
+    );
     let touched: Vec<_> = requests_signed_by(&log, &h.key)
         .into_iter()
         .filter(|r| r.resource == manifests && !r.is_read())

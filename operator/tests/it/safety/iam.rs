@@ -124,6 +124,63 @@ async fn namespace_cannot_widen_iam_beyond_the_allowlist() {
     assert!(has_policy(&format!("{name}-metadata-role"), &name).await);
 }
 
+/// A role ARN of another account would have the operator write, on its own role of that name, a
+/// policy granting tables in the other account: the account is pinned to the operator's own,
+/// learned from STS (the emulator's account, 123456789012), and the refusal reaches nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn allowlist_pins_the_role_account() {
+    let strict = |name: &str| {
+        Allowlist::parse(
+            &format!(
+                "namespaces:\n  data:\n    roles: [{name}-query-role, {name}-metadata-role]\n    storage: [{{bucket: {name}-bucket}}]\n"
+            ),
+            "test allowlist",
+        )
+        .unwrap()
+    };
+    let name = unique("account");
+    create_roles(&name).await;
+    let mut foreign = cluster_yaml(&name, "");
+    foreign.spec.iam.as_mut().unwrap().query_role =
+        format!("arn:aws:iam::999999999999:role/{name}-query-role");
+    let h = harness_with(foreign, strict(&name)).await;
+    let recording = moto().start_recording();
+    assert_eq!(h.reconcile().await, Action::await_change());
+    let log = recording.stop();
+    let (status, reason, message) = h.condition("PlanValid").await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidSpec"));
+    assert!(
+        message.contains("spec.iam.queryRole") && message.contains("123456789012"),
+        "{message}"
+    );
+    let calls: Vec<String> = requests_signed_by(&log, &h.key)
+        .into_iter()
+        .map(|r| format!("{} {}", r.service, r.action))
+        .collect();
+    assert_eq!(
+        calls,
+        ["sts GetCallerIdentity"],
+        "only the operator's own identity"
+    );
+    for role in [
+        format!("{name}-query-role"),
+        format!("{name}-metadata-role"),
+    ] {
+        assert!(!has_policy(&role, &name).await, "a policy reached {role}");
+    }
+
+    // The same role in the operator's own account is admitted, and its policy written.
+    let name = unique("account");
+    create_roles(&name).await;
+    let mut own = cluster_yaml(&name, "");
+    own.spec.iam.as_mut().unwrap().query_role =
+        format!("arn:aws:iam::123456789012:role/{name}-query-role");
+    let h = harness_with(own, strict(&name)).await;
+    h.reconcile().await;
+    assert_eq!(h.condition("PoliciesReady").await.0, "True");
+    assert!(has_policy(&format!("{name}-query-role"), &name).await);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_role_dropped_from_the_spec_loses_its_grant() {
     let name = unique("swap");

@@ -244,8 +244,8 @@ rules:
     plane.wait_until("the node", node_registered, 30)
     # What a kubelet would report, so the scheduler binds pods to it (tests mark pods Ready).
     status = json.dumps({"status": {
-        "capacity": {"cpu": "1000", "memory": "4Ti", "pods": "1000"},
-        "allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "1000"},
+        "capacity": {"cpu": "1000", "memory": "4Ti", "pods": "1000", "ephemeral-storage": "1Ti"},
+        "allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "1000", "ephemeral-storage": "1Ti"},
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                         "message": "lake test node (no kubelet)"}]}})
     done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "patch", "node", "lake-test-node",

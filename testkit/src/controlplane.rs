@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-use super::{controlplane_tool, output_text, venv_tool, workspace_root};
+use super::{controlplane_tool, output_text, workspace_root};
 
 /// A Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 /// one Node), shared by every test in this test binary; stopped when the binary exits.
@@ -132,7 +132,7 @@ fn start_control_plane() -> ControlPlane {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let mut child = Command::new(venv_tool("python"))
+    let mut child = crate::python_command()
         .arg(&script)
         .arg(&bin)
         .stdin(Stdio::piped())

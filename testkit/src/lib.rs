@@ -133,11 +133,22 @@ pub fn venv_tool(name: &str) -> PathBuf {
     path
 }
 
+/// The venv's Python, as every test starts it: from the workspace root, with the shared checks
+/// (`testkit/python/lake_checks.py`) importable, and never optimized — `PYTHONOPTIMIZE` (or
+/// `-O`) strips `assert` statements, and a check that is stripped passes without checking.
+pub fn python_command() -> Command {
+    let mut command = Command::new(venv_tool("python"));
+    command
+        .current_dir(workspace_root())
+        .env_remove("PYTHONOPTIMIZE")
+        .env("PYTHONPATH", workspace_root().join("testkit/python"));
+    command
+}
+
 /// Runs `venv python` with `args` and returns (status success, stdout, stderr).
 pub fn python(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(venv_tool("python"))
+    let out = python_command()
         .args(args)
-        .current_dir(workspace_root())
         .output()
         .expect("the venv python starts");
     (

@@ -3,11 +3,11 @@
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::{http, venv_tool, workspace_root};
+use super::{http, workspace_root};
 
 /// A running moto server, shared by every test in this test binary.
 pub struct Moto {
@@ -119,6 +119,8 @@ pub struct AwsRequest {
     pub action: String,
     /// The table, the role (with the policy name), or the S3 URL.
     pub resource: String,
+    /// The request's body (a DynamoDB request's JSON, say).
+    pub body: Vec<u8>,
 }
 
 impl AwsRequest {
@@ -193,6 +195,7 @@ pub fn requests_signed_by(log: &[serde_json::Value], access_key: &str) -> Vec<Aw
                 service,
                 action,
                 resource,
+                body,
             })
         })
         .collect()
@@ -214,7 +217,7 @@ pub fn dedicated_moto() -> Moto {
 
 fn start_moto() -> Moto {
     let script = workspace_root().join("scripts/moto_guard.py");
-    let mut child = Command::new(venv_tool("python"))
+    let mut child = crate::python_command()
         .arg(&script)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -91,3 +91,51 @@ fn missing_tool_fails_with_install_hint() {
     let msg = err.downcast_ref::<String>().unwrap();
     assert!(msg.contains("scripts/bootstrap"), "{msg}");
 }
+
+/// `PYTHONOPTIMIZE=1 scripts/test` (or any environment that sets it) would strip every
+/// `assert` of the Python peers the tests run, and their checks would pass without checking.
+/// The launcher removes it: this test runs the one below in a child of this binary with
+/// PYTHONOPTIMIZE set, as `scripts/test` would pass it down.
+#[test]
+fn python_checks_survive_pythonoptimize() {
+    for level in ["1", "2"] {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "tests::python_asserts_under_pythonoptimize",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("PYTHONOPTIMIZE", level)
+            .output()
+            .unwrap();
+        let text = output_text(&out);
+        assert!(out.status.success(), "PYTHONOPTIMIZE={level}: {text}");
+        assert!(
+            text.contains("1 passed"),
+            "the child test did not run: {text}"
+        );
+    }
+}
+
+/// Run by [`python_checks_survive_pythonoptimize`] only.
+#[test]
+#[ignore = "run by python_checks_survive_pythonoptimize with PYTHONOPTIMIZE set"]
+fn python_asserts_under_pythonoptimize() {
+    assert!(
+        std::env::var_os("PYTHONOPTIMIZE").is_some(),
+        "the parent sets PYTHONOPTIMIZE"
+    );
+    let (ok, _, stderr) = python(&["-c", "assert False, 'still checked'"]);
+    assert!(
+        !ok && stderr.contains("AssertionError: still checked"),
+        "{stderr}"
+    );
+    let (ok, stdout, _) = python(&["-c", "import sys; print(sys.flags.optimize)"]);
+    assert!(ok && stdout.trim() == "0", "{stdout}");
+    let (ok, _, stderr) = python(&[
+        "-c",
+        "from lake_checks import ensure; ensure(False, 'raised')",
+    ]);
+    assert!(!ok && stderr.contains("AssertionError: raised"), "{stderr}");
+}

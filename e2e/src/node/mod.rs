@@ -114,7 +114,8 @@ async fn register(client: &kube::Client, name: &str) {
         Err(kube::Error::Api(s)) if s.is_already_exists() => {}
         Err(e) => panic!("registering Node {name}: {e}"),
     }
-    let capacity = json!({"cpu": "1000", "memory": "4Ti", "pods": "1000"});
+    let capacity =
+        json!({"cpu": "1000", "memory": "4Ti", "pods": "1000", "ephemeral-storage": "1Ti"});
     let status = json!({"status": {
         "capacity": capacity, "allocatable": capacity,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -143,13 +144,34 @@ async fn register(client: &kube::Client, name: &str) {
 impl NodeAgent {
     /// Registers Node `name` on the API server of `kubeconfig` and starts running the Pods bound
     /// to it. Returns once the Node is registered.
-    pub fn start(kubeconfig: &Path, name: &str, settings: NodeSettings) -> Self {
+    pub fn start(kubeconfig: &Path, name: &str, mut settings: NodeSettings) -> Self {
         let state = Arc::new(Mutex::new(State {
             next_ip: 0,
             ..State::default()
         }));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let root = tempfile::tempdir().expect("agent dir");
+        // Containers run as their pods' users: they must reach their pods' directories.
+        std::fs::set_permissions(
+            root.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )
+        .expect("agent dir mode");
+        // … and their images' binaries, which may lie under a directory only root may enter
+        // (`/root/.cache`): the agent's own directory holds them (linked, or copied).
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("agent bin dir");
+        for image in ["lake", "lake-operator"] {
+            let from = settings.binaries.join(image);
+            let to = bin.join(image);
+            if std::fs::hard_link(&from, &to).is_err() {
+                std::fs::copy(&from, &to)
+                    .unwrap_or_else(|e| panic!("cannot copy {}: {e}", from.display()));
+            }
+        }
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("agent bin dir mode");
+        settings.binaries = bin;
         let (registered, wait) = std::sync::mpsc::channel();
         let (kubeconfig, node, dir) = (
             kubeconfig.to_owned(),
@@ -239,7 +261,9 @@ impl NodeAgent {
                 .unwrap_or_else(|| panic!("pod {namespace}/{pod} does not run on this node"));
             (running.containers[0].launch.clone(), running.dir.clone())
         };
-        Command::new(&launch.program)
+        let mut command = Command::new(&launch.program);
+        process::as_the_container(&mut command, &launch.identity);
+        command
             .args(args)
             .env_clear()
             .envs(&launch.env)
@@ -247,6 +271,18 @@ impl NodeAgent {
             .stdin(Stdio::null())
             .output()
             .expect("exec in the pod")
+    }
+
+    /// The process ids of a pod's running containers.
+    pub fn pids(&self, namespace: &str, pod: &str) -> Vec<u32> {
+        let state = self.state.lock().expect("agent state");
+        state
+            .pods
+            .values()
+            .filter(|p| p.namespace == namespace && p.name == pod)
+            .flat_map(|p| p.containers.iter())
+            .filter_map(|c| c.child.as_ref().map(std::process::Child::id))
+            .collect()
     }
 
     /// How many processes the agent is running now.

@@ -141,17 +141,45 @@ pub(super) async fn start(
         }
     }
     let launches = pod::launches(pod, &inputs, settings, dir, ip)?;
+    let io = |what: &str, path: &Path| {
+        let what = format!("{what} {}", path.display());
+        move |e: std::io::Error| LaunchError::Unsupported(format!("{what}: {e}"))
+    };
+    // The container's user must reach its working directory (it does not own it).
+    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    set_mode(dir, 0o711).map_err(io("set the mode of", dir))?;
     let mut containers = Vec::new();
     for launch in launches {
+        let group = launch.identity.fs_group;
         for d in &launch.dirs {
-            std::fs::create_dir_all(dir.join(d))
-                .map_err(|e| LaunchError::Unsupported(e.to_string()))?;
+            // Volumes are the pod's group's (fsGroup), writable like a kubelet's emptyDir.
+            let path = dir.join(d);
+            std::fs::create_dir_all(&path).map_err(io("create", &path))?;
+            own(&path, group, 0o777).map_err(io("own", &path))?;
+            if let Some(parent) = path.parent() {
+                set_mode(parent, 0o755).map_err(io("set the mode of", parent))?;
+            }
         }
         for f in &launch.files {
-            write_file(&dir.join(&f.path), &f.contents, f.mode)
-                .map_err(|e| LaunchError::Unsupported(e.to_string()))?;
+            // The mode the pod asked for, no more: the file is the agent's, its group the pod's.
+            let path = dir.join(&f.path);
+            write_file(&path, &f.contents).map_err(io("write", &path))?;
+            // A file only its owner may read (a projected token, 0600) is the container
+            // user's, as the kubelet makes it.
+            let user = (f.mode & 0o077 == 0).then_some(launch.identity.uid);
+            own_as(&path, user, group, f.mode).map_err(io("own", &path))?;
         }
-        let child = spawn(&launch, dir).map_err(|e| LaunchError::Unsupported(e.to_string()))?;
+        // A claim's volume, as a storage driver that honours fsGroup gives it.
+        for path in inputs.claims.values() {
+            std::fs::create_dir_all(path).map_err(io("create", path))?;
+            own(path, group, 0o2770).map_err(io("own", path))?;
+            // The provisioner's directory of volumes must be traversable to reach it.
+            if let Some(parent) = path.parent() {
+                traversable(parent).map_err(io("set the mode of", parent))?;
+            }
+        }
+        readable(&launch, dir)?;
+        let child = spawn(&launch, dir).map_err(io("start", &launch.program))?;
         containers.push(RunningContainer {
             launch,
             child: Some(child),
@@ -196,33 +224,86 @@ pub(super) async fn token_for(
     Ok(issued.status.and_then(|s| s.token).unwrap_or_default())
 }
 
-pub(super) fn write_file(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+pub(super) fn write_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::write(path, contents)?;
-    // Owner-readable at least: the agent runs every pod as its own user.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o400))
+    std::fs::write(path, contents)
+}
+
+/// `path` with search permission for everyone (what else its mode allows is kept).
+fn traversable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)?.permissions().mode() & 0o7777;
+    if mode & 0o111 == 0o111 {
+        return Ok(());
+    }
+    set_mode(path, mode | 0o111)
+}
+
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// Whether the agent runs as root, and so can start containers as their users.
+pub(super) fn agent_is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `path` with `mode`, and the group `group` (a pod's fsGroup) when the agent may give it one.
+fn own(path: &Path, group: Option<u32>, mode: u32) -> std::io::Result<()> {
+    own_as(path, None, group, mode)
+}
+
+/// [`own`], and the owner `user` when given (and the agent may give it).
+fn own_as(path: &Path, user: Option<u32>, group: Option<u32>, mode: u32) -> std::io::Result<()> {
+    if (user.is_some() || group.is_some()) && agent_is_root() {
+        std::os::unix::fs::chown(path, user, group)?;
+    }
+    set_mode(path, mode)
+}
+
+/// Every file the container mounts must be readable by its user, as the files now are: the
+/// agent checks it by their modes (a pod that only works as root fails here, as in a cluster).
+fn readable(launch: &Launch, dir: &Path) -> Result<(), LaunchError> {
+    use std::os::unix::fs::MetadataExt;
+    let who = &launch.identity;
+    for f in &launch.files {
+        let meta = std::fs::metadata(dir.join(&f.path)).map_err(|e| {
+            LaunchError::Unsupported(format!("read {}: {e}", dir.join(&f.path).display()))
+        })?;
+        let mode = meta.mode();
+        let ok = who.uid == 0
+            || (meta.uid() == who.uid && mode & 0o400 != 0)
+            || ((meta.gid() == who.gid || who.groups.contains(&meta.gid())) && mode & 0o040 != 0)
+            || mode & 0o004 != 0;
+        if !ok {
+            return Err(LaunchError::Unsupported(format!(
+                "container {:?} runs as {}:{} (groups {:?}) and cannot read {} (mode {:o}, \
+                 owner {}:{})",
+                launch.container,
+                who.uid,
+                who.gid,
+                who.groups,
+                f.path.display(),
+                mode & 0o7777,
+                meta.uid(),
+                meta.gid()
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn spawn(launch: &Launch, dir: &Path) -> std::io::Result<Child> {
-    use std::os::unix::process::CommandExt;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join(format!("{}.log", launch.container)))?;
     let mut command = Command::new(&launch.program);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec. The process
-    // is killed when the agent's thread ends — with the test process — so none outlives it.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    as_the_container(&mut command, &launch.identity);
     command
         .args(&launch.args)
         .env_clear()
@@ -232,6 +313,33 @@ pub(super) fn spawn(launch: &Launch, dir: &Path) -> std::io::Result<Child> {
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
+}
+
+/// Runs `command` as `identity` (when the agent is root: otherwise as the agent, the files'
+/// readability checked by [`readable`]), killed with the agent's thread — with the test
+/// process — so that none outlives it.
+pub(super) fn as_the_container(command: &mut Command, identity: &pod::Identity) {
+    use std::os::unix::process::CommandExt;
+    // Made before the fork: nothing may allocate between fork and exec.
+    let switch: Option<(libc::uid_t, libc::gid_t, Vec<libc::gid_t>)> =
+        agent_is_root().then(|| (identity.uid, identity.gid, identity.groups.clone()));
+    // SAFETY: setgroups, setgid, setuid and prctl are async-signal-safe; nothing else runs
+    // between fork and exec. The death signal is set last: a change of credentials clears it.
+    unsafe {
+        command.pre_exec(move || {
+            if let Some((uid, gid, groups)) = &switch
+                && (libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// SIGTERM, up to `grace` seconds, then SIGKILL.

@@ -44,10 +44,70 @@ pub struct File {
     pub mode: u32,
 }
 
+/// Who a container runs as: its (pod's) `runAsUser`, `runAsGroup`, and supplementary groups
+/// (`fsGroup`, `supplementalGroups`), as a kubelet would start it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    /// The pod's `fsGroup`: the group its volumes' files belong to.
+    pub fs_group: Option<u32>,
+}
+
+/// The identity `container` of `pod` runs as. A container that must not run as root
+/// (`runAsNonRoot`) without a non-root `runAsUser` is refused, as a kubelet refuses it; without
+/// any security context, it runs as root, as a container image without a user would.
+pub fn identity(pod: &Pod, container: &Container) -> Result<Identity, LaunchError> {
+    let pod_context = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let own = container.security_context.as_ref();
+    let id = |v: Option<i64>, what: &str| -> Result<Option<u32>, LaunchError> {
+        v.map(|v| u32::try_from(v).map_err(|_| LaunchError::Unsupported(format!("{what} {v}"))))
+            .transpose()
+    };
+    let uid = id(
+        own.and_then(|c| c.run_as_user)
+            .or(pod_context.and_then(|c| c.run_as_user)),
+        "runAsUser",
+    )?;
+    let gid = id(
+        own.and_then(|c| c.run_as_group)
+            .or(pod_context.and_then(|c| c.run_as_group)),
+        "runAsGroup",
+    )?;
+    let non_root = own
+        .and_then(|c| c.run_as_non_root)
+        .or(pod_context.and_then(|c| c.run_as_non_root))
+        .unwrap_or(false);
+    if non_root && uid.unwrap_or(0) == 0 {
+        return Err(LaunchError::Unsupported(format!(
+            "container {:?}: runAsNonRoot without a non-root runAsUser",
+            container.name
+        )));
+    }
+    let fs_group = id(pod_context.and_then(|c| c.fs_group), "fsGroup")?;
+    let mut groups: Vec<u32> = fs_group.into_iter().collect();
+    for g in pod_context
+        .and_then(|c| c.supplemental_groups.clone())
+        .into_iter()
+        .flatten()
+    {
+        groups.extend(id(Some(g), "supplementalGroups")?);
+    }
+    Ok(Identity {
+        uid: uid.unwrap_or(0),
+        gid: gid.unwrap_or(0),
+        groups,
+        fs_group,
+    })
+}
+
 /// One container, ready to start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Launch {
     pub container: String,
+    /// Who it runs as.
+    pub identity: Identity,
     pub program: PathBuf,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -466,6 +526,7 @@ pub fn launches(
         });
         launches.push(Launch {
             container: container.name.clone(),
+            identity: identity(pod, container)?,
             program,
             args,
             env,

@@ -102,3 +102,50 @@ fn a_claim_is_its_bound_volumes_directory_and_waits_until_bound() {
         launch.dirs
     );
 }
+
+/// Containers run as their pods say, as a kubelet starts them: the container's user over the
+/// pod's, the pod's fsGroup and supplemental groups as their groups; a non-root pod without a
+/// non-root user is refused.
+#[test]
+fn containers_run_as_their_pods_users() {
+    let pod = |security: serde_json::Value, container: serde_json::Value| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n"},
+            "spec": {"securityContext": security, "containers": [
+                {"name": "c", "image": "lake", "securityContext": container}
+            ]},
+        }))
+        .unwrap()
+    };
+    let lake = pod(
+        serde_json::json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+                           "fsGroup": 65532, "supplementalGroups": [7]}),
+        serde_json::json!({"runAsNonRoot": true}),
+    );
+    let c = &lake.spec.as_ref().unwrap().containers[0];
+    assert_eq!(
+        identity(&lake, c).unwrap(),
+        Identity {
+            uid: 65532,
+            gid: 65532,
+            groups: vec![65532, 7],
+            fs_group: Some(65532),
+        }
+    );
+    let own = pod(
+        serde_json::json!({"runAsUser": 1000}),
+        serde_json::json!({"runAsUser": 2000, "runAsGroup": 3000}),
+    );
+    let c = &own.spec.as_ref().unwrap().containers[0];
+    let who = identity(&own, c).unwrap();
+    assert_eq!((who.uid, who.gid, who.fs_group), (2000, 3000, None));
+    let refused = pod(
+        serde_json::json!({"runAsNonRoot": true}),
+        serde_json::json!({}),
+    );
+    let c = &refused.spec.as_ref().unwrap().containers[0];
+    assert!(
+        identity(&refused, c).is_err(),
+        "runAsNonRoot without a user"
+    );
+}

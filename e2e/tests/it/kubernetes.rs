@@ -302,8 +302,18 @@ spec:
             .split_whitespace()
             .map(|pod| agent().logs(ns, pod))
             .collect();
+        // Why a container did not start (the node agent's launch errors land here).
+        let waiting = kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}: \
+             {.status.containerStatuses[*].state.waiting.message}{\"\\n\"}{end}",
+        ]);
         format!(
-            "{what}\n{describe}\n{objects}\n{logs}\n--- operator\n{}",
+            "{what}\n{describe}\n{objects}\n--- waiting\n{waiting}\n{logs}\n--- operator\n{}",
             self.operator.log()
         )
     }
@@ -366,10 +376,9 @@ spec:
 
     /// Runs a client script with [`Lake::client_env`]: (success, stdout, stderr).
     fn client(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(lake_testkit::venv_tool("python"))
+        let out = lake_testkit::python_command()
             .args(args)
             .envs(self.client_env())
-            .current_dir(workspace_root())
             .output()
             .unwrap();
         (

@@ -221,6 +221,25 @@ async fn e2e_query_credentials_refused_every_write() {
     assert_eq!(results["dynamodb:Query"], "allowed", "{results}");
     // `lake selftest` in each pod, with its own configuration and credentials, agrees.
     let (metadata_pod, _) = lake.pod("metadata");
+    // Each pod's process runs as the pods say (runAsUser/runAsGroup/fsGroup 65532), not as the
+    // test's user: a pod that only works as root would fail here, as in a cluster.
+    for pod in [&query_pod, &metadata_pod] {
+        let pids = agent().pids(&lake.namespace, pod);
+        assert!(!pids.is_empty(), "{pod} runs no process");
+        for pid in pids {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.split_whitespace().collect::<Vec<_>>())
+                    .unwrap_or_default()
+            };
+            assert_eq!(field("Uid:"), ["65532"; 4], "{pod}: {status}");
+            assert_eq!(field("Gid:"), ["65532"; 4], "{pod}: {status}");
+            assert_eq!(field("Groups:"), ["65532"], "{pod}: {status}");
+        }
+    }
     for (pod, role) in [(&query_pod, "query"), (&metadata_pod, "metadata")] {
         let out = agent().exec(&lake.namespace, pod, &["selftest"]);
         let said = output_text(&out);

@@ -19,7 +19,7 @@ async fn e2e_rollout_keeps_answering() {
         "app.kubernetes.io/instance={},app.kubernetes.io/component=query",
         lake.name
     );
-    let client = Command::new(lake_testkit::venv_tool("python"))
+    let client = lake_testkit::python_command()
         .arg("e2e/tests/it/rollout_client.py")
         .args([lake.namespace.as_str(), &selector, &token])
         .arg(&stop)

@@ -28,9 +28,41 @@ async fn e2e_deletion_policies() {
         aws_sdk_dynamodb::Client::new(&sdk),
         aws_sdk_iam::Client::new(&sdk),
     );
+    let tables = |lake: &Lake| {
+        [
+            format!("{}.{}-registry", lake.namespace, lake.name),
+            format!("{}.{}-manifests", lake.namespace, lake.name),
+        ]
+    };
+    let policy_name = |lake: &Lake| format!("lake.{}.{}", lake.namespace, lake.name);
     for lake in [&retained, &deleted] {
         lake.wait_ready(180);
         lake.load_orders();
+        // Before: both tables exist, and each role holds exactly this cluster's grant (the
+        // roles are this test's own), so what follows can only pass by removing them.
+        for table in tables(lake) {
+            ddb.describe_table()
+                .table_name(&table)
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{table} was never created: {e:?}"));
+        }
+        for role in ["query", "metadata"] {
+            let role_name = format!("{}-{role}-role", lake.name);
+            let listed = iam
+                .list_role_policies()
+                .role_name(&role_name)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(listed.policy_names(), [policy_name(lake)], "{role_name}");
+            iam.get_role_policy()
+                .role_name(&role_name)
+                .policy_name(policy_name(lake))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{role_name} has no grant to read: {e:?}"));
+        }
     }
     for lake in [&retained, &deleted] {
         let (_, query_ip) = lake.pod("query");
@@ -48,12 +80,6 @@ async fn e2e_deletion_policies() {
         });
     }
 
-    let tables = |lake: &Lake| {
-        [
-            format!("{}.{}-registry", lake.namespace, lake.name),
-            format!("{}.{}-manifests", lake.namespace, lake.name),
-        ]
-    };
     for table in tables(&retained) {
         let described = ddb.describe_table().table_name(&table).send().await;
         let described = described.unwrap_or_else(|e| panic!("Retain lost {table}: {e:?}"));
@@ -64,14 +90,14 @@ async fn e2e_deletion_policies() {
         );
     }
     for table in tables(&deleted) {
-        assert!(
-            ddb.describe_table()
-                .table_name(&table)
-                .send()
-                .await
-                .is_err(),
-            "Delete kept {table}"
-        );
+        match ddb.describe_table().table_name(&table).send().await {
+            Ok(_) => panic!("Delete kept {table}"),
+            Err(e) => assert!(
+                e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception()),
+                "{table}: not gone, another failure: {e:?}"
+            ),
+        }
     }
     for lake in [&retained, &deleted] {
         // ListObjectsV2, unsigned (the shared emulator does not enforce IAM).
@@ -89,16 +115,24 @@ async fn e2e_deletion_policies() {
             lake.name
         );
         for role in ["query", "metadata"] {
-            let policy = iam
-                .get_role_policy()
-                .role_name(format!("{}-{role}-role", lake.name))
-                .policy_name(format!("lake.{}.{}", lake.namespace, lake.name))
+            // The role is still there (the operator never deletes roles); its grant is not.
+            let role_name = format!("{}-{role}-role", lake.name);
+            iam.get_role()
+                .role_name(&role_name)
                 .send()
-                .await;
+                .await
+                .unwrap_or_else(|e| panic!("{role_name} is gone: {e:?}"));
+            let listed = iam
+                .list_role_policies()
+                .role_name(&role_name)
+                .send()
+                .await
+                .unwrap();
             assert!(
-                policy.is_err(),
-                "{}: the {role} role kept its grant",
-                lake.name
+                listed.policy_names().is_empty(),
+                "{}: the {role} role kept its grant: {:?}",
+                lake.name,
+                listed.policy_names()
             );
         }
         kubectl(&["delete", "namespace", &lake.namespace, "--wait=false"]);

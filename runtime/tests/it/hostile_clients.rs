@@ -200,8 +200,9 @@ fn hostile_clients_a_write_finishes_when_the_client_gives_up() {
     let (ok, stdout, stderr) = python(&["-c", IMPATIENT, &lake.metadata]);
     assert!(ok, "{stdout}{stderr}");
     assert!(stdout.contains("gave up"), "{stdout}");
-    // The write ran to completion anyway: registered, and every row there.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // The write ran to completion anyway: registered, and every row there. (Generous: on a
+    // loaded 2-core machine writing the 2M rows has taken over a minute.)
+    let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let (ok, stdout, _) = lake_sql(&lake.query, "SELECT count(*) AS n FROM sales.big");
         if ok {

@@ -1,6 +1,7 @@
 //! `lake plan`: the process-level view of the configuration contract.
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 fn lake_plan(vars: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lake"));
@@ -73,7 +74,9 @@ fn serve_refuses_to_start_without_authentication() {
             .envs(extra.iter().copied());
         cmd
     };
-    let out = serve(&[]).output().unwrap();
+    // A server that starts anyway never exits by itself: waiting for its output would hang.
+    let out = exited_within(serve(&[]), Duration::from_secs(30))
+        .expect("it served without authentication (still running after 30 s)");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "it served without authentication");
     assert!(
@@ -108,4 +111,23 @@ fn serve_refuses_to_start_without_authentication() {
         stderr.contains("serving without authentication"),
         "{stderr}"
     );
+}
+
+/// `command`'s output if it exits within `limit`; otherwise it is killed and `None`.
+fn exited_within(mut command: Command, limit: Duration) -> Option<Output> {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(child.wait_with_output().unwrap())
 }

@@ -88,9 +88,11 @@ fn serve_refuses_to_start_without_authentication() {
         "it opened the warehouse before refusing"
     );
 
-    let out = serve(&[("LAKE_AUTH", "none"), ("LAKE_TOKEN_FILE", "/x")])
-        .output()
-        .unwrap();
+    let out = exited_within(
+        serve(&[("LAKE_AUTH", "none"), ("LAKE_TOKEN_FILE", "/x")]),
+        Duration::from_secs(30),
+    )
+    .expect("it served with contradicting settings (still running after 30 s)");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("LAKE_AUTH"));
 
@@ -113,7 +115,8 @@ fn serve_refuses_to_start_without_authentication() {
     );
 }
 
-/// `command`'s output if it exits within `limit`; otherwise it is killed and `None`.
+/// `command`'s output if it exits within `limit`; otherwise it is killed and `None`. (What it
+/// writes must fit in the pipes: a refusal is a few lines.)
 fn exited_within(mut command: Command, limit: Duration) -> Option<Output> {
     let mut child = command
         .stdout(std::process::Stdio::piped())

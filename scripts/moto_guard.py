@@ -17,7 +17,9 @@ os.environ["MOTO_RECORDER_FILEPATH"] = _recording.name
 import threading  # noqa: E402
 
 from moto.moto_api._internal.recorder.models import Recorder  # noqa: E402
-from moto.server import ThreadedMotoServer  # noqa: E402  (reads the variable at import)
+from moto.server import DomainDispatcherApplication, create_backend_app  # noqa: E402
+# (moto reads the variable at import)
+from waitress.server import create_server  # noqa: E402
 
 # moto's recorder appends each record with two writes (the JSON, then a newline) from whichever
 # server thread handles the request, so concurrent requests (multipart parts, parallel tests)
@@ -74,17 +76,72 @@ def _dynamodb_resource(self):
 DynamoHandler._determine_resource = _dynamodb_resource
 
 
+# moto finds the backend of every request by listing its package directory (a listdir and a
+# stat per service, twice per request: once for the Host header, once for the host it infers
+# from the signature) and matching hundreds of URL patterns, all under one lock: a third of the
+# emulator's CPU time under the tests' load. Neither the directory nor a host's backend changes
+# while the server runs: list once, remember each host's answer.
+import moto.backends  # noqa: E402
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication as _Dispatcher  # noqa: E402
+
+_modules = frozenset(moto.backends.list_of_moto_modules())
+moto.backends.list_of_moto_modules = lambda: _modules
+_backend_for_host = _Dispatcher.get_backend_for_host
+_backends: dict = {}
+
+
+def _remembered_backend_for_host(self, host):
+    if host not in _backends:
+        _backends[host] = _backend_for_host(self, host)
+    return _backends[host]
+
+
+_Dispatcher.get_backend_for_host = _remembered_backend_for_host
+
+
+# Every request looks its service's backend up per account, and each lookup takes a global lock
+# and searches the list of backends in use with a Python equality per entry: a fifth of the
+# emulator's CPU. A backend that already holds the account is in that list (both are set
+# together under the lock, and a reset clears both): answer it without the lock.
+from moto.core.base_backend import BackendDict  # noqa: E402
+
+_create_account_backend = BackendDict._create_account_specific_backend
+
+
+def _existing_account_backend(self, account_id):
+    if not dict.__contains__(self, account_id):
+        _create_account_backend(self, account_id)
+
+
+BackendDict._create_account_specific_backend = _existing_account_backend
+
+
 def main() -> None:
-    # One line per request on stderr drowns test output; errors still show.
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    _, port = server.get_host_and_port()
+    # moto's own server (werkzeug's development server) answers every request with
+    # "Connection: close": each request then costs a new connection and a new thread, about half
+    # the emulator's CPU time under the tests' load. waitress serves the same application with
+    # keep-alive and a fixed pool of threads. (waitress drops headers with an underscore in
+    # their name, as werkzeug does; lake sends none.)
+    logging.getLogger("waitress").setLevel(logging.ERROR)
+    server = create_server(
+        DomainDispatcherApplication(create_backend_app),
+        host="127.0.0.1",
+        port=0,
+        threads=8,
+        # Every test of a process shares this server, each with its own clients and pools.
+        connection_limit=4096,
+        backlog=1024,
+        asyncore_use_poll=True,
+        max_request_body_size=16 << 30,
+        channel_timeout=600,
+        ident=None,
+    )
+    threading.Thread(target=server.run, daemon=True).start()
     # The recorder's file is read directly by the tests (large recordings come back chunked over
     # HTTP, which a plain reader would corrupt).
-    print(f"PORT {port} RECORDING {_recording.name}", flush=True)
+    print(f"PORT {server.effective_port} RECORDING {_recording.name}", flush=True)
     sys.stdin.read()
-    server.stop()
+    server.close()
     os.unlink(_recording.name)
 
 

@@ -54,6 +54,18 @@ pub(crate) enum Failure {
     NoAuth,
     #[error("{0} selftest checks failed")]
     Selftest(usize),
+    #[error("{} is not a lake data directory (no _lake in it)", .0.display())]
+    NotALake(PathBuf),
+    #[error(
+        "the lake in {} is being served (lake local holds it): stop it first, or let it \
+         maintain itself with --maintain-every-minutes",
+        .0.display()
+    )]
+    LakeServed(PathBuf),
+    #[error("maintenance could not list the tables: {0}")]
+    Maintain(#[source] Box<lake_runtime::engine::EngineError>),
+    #[error("maintenance failed for {0} tables (see above)")]
+    MaintainTables(usize),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(transparent)]

@@ -6,6 +6,7 @@ pub mod conform;
 pub mod context;
 pub mod engine;
 pub mod flight;
+pub mod maintain;
 pub mod manifest;
 pub mod provision;
 pub mod selftest;

@@ -30,6 +30,33 @@ struct Cli {
     command: Command,
 }
 
+/// How maintenance keeps and compacts (`lake maintain`, `lake local --maintain-every-minutes`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct MaintainArgs {
+    /// Versions younger than this stay, for time travel (seconds; default a week).
+    #[arg(long, default_value_t = lake_runtime::maintain::DEFAULT_RETENTION.as_secs())]
+    retention_seconds: u64,
+    /// A version stays this long after a newer one replaced it, so queries still reading it
+    /// finish (seconds; keep it above the query timeout).
+    #[arg(long, default_value_t = lake_runtime::maintain::DEFAULT_GRACE.as_secs())]
+    grace_seconds: u64,
+    /// Compaction merges smaller fragments up to this many rows.
+    #[arg(long, default_value_t = lake_runtime::maintain::DEFAULT_TARGET_ROWS)]
+    target_rows_per_fragment: usize,
+}
+
+impl MaintainArgs {
+    fn options(self) -> lake_runtime::maintain::Options {
+        lake_runtime::maintain::Options {
+            retention: lake_runtime::maintain::Retention {
+                keep: Duration::from_secs(self.retention_seconds),
+                grace: Duration::from_secs(self.grace_seconds),
+            },
+            target_rows_per_fragment: self.target_rows_per_fragment.max(1),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// A whole lake on local disk: metadata and query endpoints over one data directory.
@@ -79,6 +106,23 @@ enum Command {
         /// The PEM private key of --tls-cert.
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// Run a maintenance pass (as `lake maintain`) every this many minutes; 0: never.
+        #[arg(long, default_value_t = 0)]
+        maintain_every_minutes: u64,
+        #[command(flatten)]
+        maintain: MaintainArgs,
+    },
+    /// One maintenance pass over every table of a local lake: compact small fragments and every
+    /// fragment holding deleted rows (deleted rows leave storage), remove versions outside the
+    /// retention with their files and manifest rows. Prints one line per table; exits non-zero
+    /// if any table failed. The lake must not be served meanwhile (`lake local` runs passes
+    /// itself with --maintain-every-minutes).
+    Maintain {
+        /// The data directory of the lake.
+        #[arg(long)]
+        data: PathBuf,
+        #[command(flatten)]
+        options: MaintainArgs,
     },
     /// Serve one role, configured by the LAKE_* environment (what the pods run).
     Serve,
@@ -173,6 +217,8 @@ fn main() -> ExitCode {
                 spill_limit_mb,
                 tls_cert,
                 tls_key,
+                maintain_every_minutes,
+                maintain,
             } => {
                 let configured = lake_common::config::Limits {
                     memory_mb: memory_limit_mb,
@@ -202,6 +248,12 @@ fn main() -> ExitCode {
                     return Err(Failure::SharedToken);
                 }
                 let shutdown = flight::Shutdown::on_signals(Duration::from_secs(shutdown_grace));
+                let maintenance = (maintain_every_minutes > 0).then(|| {
+                    (
+                        Duration::from_secs(maintain_every_minutes.saturating_mul(60)),
+                        maintain.options(),
+                    )
+                });
                 local(
                     &data,
                     query_addr,
@@ -210,9 +262,11 @@ fn main() -> ExitCode {
                     tls,
                     limits,
                     shutdown,
+                    maintenance,
                 )
                 .await
             }
+            Command::Maintain { data, options } => maintain_local(&data, options.options()).await,
             Command::Serve => serve().await,
             Command::Selftest => selftest().await,
             Command::Sql {
@@ -301,6 +355,94 @@ fn tokens(file: Option<&Path>) -> Result<Option<Tokens>, Failure> {
     Ok(file.map(Tokens::from_file).transpose()?)
 }
 
+/// Runs a maintenance pass every `every` (the first one `every` after start-up).
+async fn maintain_periodically(
+    metadata: Arc<MetadataContext>,
+    every: Duration,
+    options: lake_runtime::maintain::Options,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        match lake_runtime::maintain::run(metadata.engine(), options).await {
+            Ok(summary) => {
+                for table in &summary.tables {
+                    tracing::info!(summary = %table, "maintenance");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "a maintenance pass failed; retrying later"),
+        }
+    }
+}
+
+/// `lake maintain --data`: one pass over a local lake that is not being served.
+async fn maintain_local(
+    data: &Path,
+    options: lake_runtime::maintain::Options,
+) -> Result<(), Failure> {
+    if !data.join("_lake").is_dir() {
+        return Err(Failure::NotALake(data.to_owned()));
+    }
+    // The manifest rows name each table by its absolute path: resolve it as `lake local` does.
+    let data = data.canonicalize().map_err(|source| Failure::DataDir {
+        action: "resolve",
+        path: data.to_owned(),
+        source,
+    })?;
+    let plan = local_plan(&data)?;
+    let metadata =
+        match MetadataContext::open(&plan.metadata(), None, &ConnectOptions::default()).await {
+            Err(e) if held_by_another_process(&e) => return Err(Failure::LakeServed(data)),
+            other => other?,
+        };
+    let summary = lake_runtime::maintain::run(metadata.engine(), options)
+        .await
+        .map_err(|e| Failure::Maintain(Box::new(e)))?;
+    for table in &summary.tables {
+        println!("{table}");
+    }
+    let failed = summary.failed();
+    println!(
+        "maintenance: {} tables, {failed} failed",
+        summary.tables.len()
+    );
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(Failure::MaintainTables(failed))
+    }
+}
+
+/// Whether opening a local lake failed because another process (`lake local`) holds its stores
+/// (whichever store was opened first says so).
+fn held_by_another_process(e: &lake_runtime::context::ContextError) -> bool {
+    use lake_runtime::catalog::CatalogError;
+    use lake_runtime::context::ContextError;
+    use lake_runtime::provision::ProvisionError;
+    use lake_runtime::store::StoreError;
+    matches!(
+        e,
+        ContextError::Store(StoreError::Locked { .. })
+            | ContextError::Provision(ProvisionError::Store(StoreError::Locked { .. }))
+            | ContextError::Catalog(CatalogError::Store(StoreError::Locked { .. }))
+    )
+}
+
+/// The authority plan of a local lake in `data` (an existing, canonical directory).
+fn local_plan(data: &Path) -> Result<AuthorityPlan, Failure> {
+    let request = AuthorityRequest {
+        cluster_name: "local".into(),
+        storage: StorageRequest::Local {
+            path: data.display().to_string(),
+        },
+        registry_table: None,
+        manifest_table: None,
+        legacy_table: None,
+        dynamodb_endpoint: None,
+    };
+    AuthorityPlan::new(&request, &PlanFields::SPEC).map_err(Failure::Config)
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn local(
     data: &Path,
     query_addr: SocketAddr,
@@ -309,6 +451,7 @@ async fn local(
     tls: Option<Tls>,
     limits: flight::Limits,
     shutdown: flight::Shutdown,
+    maintenance: Option<(Duration, lake_runtime::maintain::Options)>,
 ) -> Result<(), Failure> {
     let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
     let data_dir = |action| {
@@ -320,17 +463,7 @@ async fn local(
     };
     std::fs::create_dir_all(data).map_err(data_dir("create"))?;
     let data = data.canonicalize().map_err(data_dir("resolve"))?;
-    let request = AuthorityRequest {
-        cluster_name: "local".into(),
-        storage: StorageRequest::Local {
-            path: data.display().to_string(),
-        },
-        registry_table: None,
-        manifest_table: None,
-        legacy_table: None,
-        dynamodb_endpoint: None,
-    };
-    let plan = AuthorityPlan::new(&request, &PlanFields::SPEC).map_err(Failure::Config)?;
+    let plan = local_plan(&data)?;
     let options = ConnectOptions::default();
     // Metadata first: it provisions the local stores that query then opens read-only.
     let metadata = MetadataContext::open(&plan.metadata(), None, &options).await?;
@@ -365,6 +498,9 @@ async fn local(
     };
     let metadata = Arc::new(metadata);
     tokio::spawn(finalise_periodically(metadata.clone()));
+    if let Some((every, options)) = maintenance {
+        tokio::spawn(maintain_periodically(metadata.clone(), every, options));
+    }
     let metadata_role = Role::Metadata(metadata);
     let (a, b) = tokio::join!(
         flight::serve(

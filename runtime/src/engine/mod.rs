@@ -1,6 +1,7 @@
 //! The Lance engine: datasets at `<warehouse>/<ns>/<table>.lance`, committed through the manifest
 //! store. [`Engine`] reads (query and metadata); [`WriteEngine`] also writes (metadata only).
 
+mod maintain;
 mod warehouse;
 
 use std::collections::HashMap;
@@ -10,7 +11,6 @@ use std::time::Duration;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use lance::dataset::builder::DatasetBuilder;
-use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::scanner::RowAddrTreeMap;
 use lance::dataset::write::{CommitBuilder, DeleteBuilder, InsertBuilder};
 use lance::dataset::{Dataset, WriteMode, WriteParams};
@@ -25,6 +25,7 @@ use crate::catalog::{NamespaceName, TableName};
 use crate::manifest::{ManifestStore, ReadOnlyManifestStore};
 use crate::store::StoreError;
 
+pub use maintain::{Compaction, Removal, VersionTime, is_conflict};
 pub use warehouse::{TableRef, Warehouse};
 
 #[derive(Debug, thiserror::Error)]
@@ -231,6 +232,10 @@ impl Engine {
             commit_handler: Some(self.handler.clone()),
             store_params: self.warehouse.store_params(table),
             session: Some(self.session.clone()),
+            // Only maintenance removes files (`lake maintain`): a dataset configured for Lance's
+            // auto-cleanup (say, by pylance) must not have old versions removed by a write,
+            // under a running query and outside the retention.
+            skip_auto_cleanup: true,
             ..Default::default()
         }
     }
@@ -432,7 +437,9 @@ impl WriteEngine {
             .with_commit_handler(self.engine.handler.clone())
             .with_session(self.engine.session.clone())
             .with_retry_timeout(COMMIT_RETRY_TIMEOUT)
-            .with_max_retries(COMMIT_MAX_RETRIES);
+            .with_max_retries(COMMIT_MAX_RETRIES)
+            // Only maintenance removes files (see `Engine::write_params`).
+            .with_skip_auto_cleanup(true);
         if let Some(store_params) = self.engine.warehouse.store_params(&staged.table) {
             commit = commit.with_store_params(store_params);
         }
@@ -480,16 +487,6 @@ impl WriteEngine {
             _guard: guard,
         })
         .await
-    }
-
-    /// Compacts small fragments into larger ones (one commit).
-    pub async fn compact(&self, table: &TableRef) -> Result<u64, EngineError> {
-        let _guard = self.lock(table).await;
-        let mut dataset = self.engine.open(table, None).await?;
-        compact_files(&mut dataset, CompactionOptions::default(), None)
-            .await
-            .map_err(Engine::lance_err("compact", table))?;
-        Ok(dataset.version().version)
     }
 
     /// Removes a table's files and every one of its manifest rows (Lance itself never deletes

@@ -129,14 +129,26 @@ impl SchemaProvider for NamespaceSchema {
                 false,
                 false,
             )))),
-            // A version the table never had: said so, not "no such table".
+            // A version the table does not have: said so, not "no such table"; one that
+            // maintenance removed, naming the retention.
             Err(EngineError::NotFound(_))
                 if version.is_some() && self.engine.open(&table, None).await.is_ok() =>
             {
-                Err(DataFusionError::Plan(format!(
-                    "version {} of table {table} not found (the table exists)",
-                    version.unwrap_or_default()
-                )))
+                let version = version.unwrap_or_default();
+                let oldest = self
+                    .engine
+                    .versions(&table)
+                    .await
+                    .ok()
+                    .and_then(|v| v.first().copied());
+                Err(DataFusionError::Plan(match oldest {
+                    Some(oldest) if version < oldest => format!(
+                        "version {version} of table {table} not found: maintenance removed the \
+                         versions before {oldest} (older than the lake's retention; \
+                         docs/guides/maintenance.md)"
+                    ),
+                    _ => format!("version {version} of table {table} not found (the table exists)"),
+                }))
             }
             Err(EngineError::NotFound(_)) => Ok(None),
             // One unreadable dataset must not fail information_schema (which opens every

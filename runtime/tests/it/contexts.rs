@@ -8,7 +8,7 @@ use lake_runtime::manifest::AuthorityError;
 use lake_runtime::write::WriteError;
 use lake_testkit::{moto, unique};
 
-use crate::support::{CloudLake, REGION, batch, ids, options, schema, table};
+use crate::support::{CloudLake, REGION, batch, ids, local_plan, options, schema, table};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cloud_round_trip_reads_through_the_query_plan_only() {
@@ -69,7 +69,12 @@ async fn cloud_round_trip_reads_through_the_query_plan_only() {
 
     // Compaction commits (a rewrite, and for materialised deletions a second commit); the data
     // is unchanged.
-    let compacted = metadata.engine().compact(&t).await.unwrap();
+    let compacted = metadata
+        .engine()
+        .compact_fragments(&t, lake_runtime::maintain::DEFAULT_TARGET_ROWS)
+        .await
+        .unwrap();
+    let compacted = compacted.version.expect("compaction committed nothing");
     assert!(compacted > 3, "compaction committed nothing: {compacted}");
     let after = query.engine().open(&t, None).await.unwrap();
     assert_eq!(ids(&after).await, (10..200).collect::<Vec<_>>());
@@ -132,23 +137,6 @@ async fn registry_rejects_duplicates_and_bad_names() {
         metadata.registry().drop_namespace(&t.namespace).await,
         Err(CatalogError::NamespaceNotEmpty(_))
     ));
-}
-
-fn local_plan(dir: &std::path::Path) -> AuthorityPlan {
-    AuthorityPlan::new(
-        &AuthorityRequest {
-            cluster_name: "local".into(),
-            storage: StorageRequest::Local {
-                path: dir.display().to_string(),
-            },
-            registry_table: None,
-            manifest_table: None,
-            legacy_table: None,
-            dynamodb_endpoint: None,
-        },
-        &PlanFields::SPEC,
-    )
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -14,6 +14,7 @@ mod contexts;
 mod flight;
 mod hostile_clients;
 mod interop;
+mod maintenance;
 mod manifest;
 mod plan;
 mod sdk;

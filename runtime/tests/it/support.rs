@@ -189,6 +189,24 @@ pub(crate) async fn seed(metadata: &MetadataContext, table: &TableRef, commits: 
     }
 }
 
+/// The authority plan of a local lake in `dir`.
+pub(crate) fn local_plan(dir: &std::path::Path) -> AuthorityPlan {
+    AuthorityPlan::new(
+        &AuthorityRequest {
+            cluster_name: "local".into(),
+            storage: StorageRequest::Local {
+                path: dir.display().to_string(),
+            },
+            registry_table: None,
+            manifest_table: None,
+            legacy_table: None,
+            dynamodb_endpoint: None,
+        },
+        &PlanFields::SPEC,
+    )
+    .unwrap()
+}
+
 pub(crate) fn table(ns: &str, name: &str) -> TableRef {
     TableRef::new(
         NamespaceName::parse(ns).unwrap(),

@@ -1,0 +1,575 @@
+//! Table maintenance (`lake_runtime::maintain`, `lake maintain`): a DELETE becomes erasure,
+//! retention keeps what it promises, and neither a concurrent write nor a running query is
+//! harmed by a pass.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use datafusion::prelude::{col, lit};
+use futures::{StreamExt, TryStreamExt};
+use lake_runtime::context::MetadataContext;
+use lake_runtime::engine::{EngineError, TableRef};
+use lake_runtime::maintain::{self, Options, Outcome, Retention};
+use lake_runtime::store::{EmbeddedStore, SortKey, query_all};
+use object_store::ObjectStoreExt;
+
+use crate::support::{CloudLake, LocalLake, local_plan, options, schema, seed, table};
+
+/// Everything old goes: no retention, no grace.
+fn eager() -> Options {
+    Options {
+        retention: Retention {
+            keep: Duration::ZERO,
+            grace: Duration::ZERO,
+        },
+        ..Options::default()
+    }
+}
+
+/// As [`eager`], with fragments of the test's size already "large": only fragments holding
+/// deleted rows are rewritten.
+fn erasing() -> Options {
+    Options {
+        target_rows_per_fragment: 10,
+        ..eager()
+    }
+}
+
+fn with_retention(keep: Duration, grace: Duration) -> Options {
+    Options {
+        retention: Retention { keep, grace },
+        ..Options::default()
+    }
+}
+
+/// Rows `ids`, each named `row-<id>`, except those in `marked`, named `marker`.
+fn rows(ids: std::ops::Range<i64>, marker: &str, marked: &[i64]) -> RecordBatch {
+    let names: Vec<String> = ids
+        .clone()
+        .map(|i| {
+            if marked.contains(&i) {
+                marker.to_owned()
+            } else {
+                format!("row-{i}")
+            }
+        })
+        .collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(ids)),
+            Arc::new(StringArray::from(names)),
+        ],
+    )
+    .unwrap()
+}
+
+async fn local_metadata(dir: &Path) -> MetadataContext {
+    MetadataContext::open(&local_plan(dir).metadata(), None, &options())
+        .await
+        .unwrap()
+}
+
+/// Every file under `dir`, with its bytes.
+fn local_objects(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                found.push((path.display().to_string(), bytes));
+            }
+        }
+    }
+    found
+}
+
+/// Every object of the emulator's bucket, with its bytes.
+async fn bucket_objects(lake: &CloudLake) -> Vec<(String, Vec<u8>)> {
+    let store = lake.aws.s3_store(&lake.bucket).unwrap();
+    let metas: Vec<_> = store.list(None).try_collect().await.unwrap();
+    let mut found = Vec::new();
+    for meta in metas {
+        let bytes = store
+            .get(&meta.location)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        found.push((meta.location.to_string(), bytes.to_vec()));
+    }
+    found
+}
+
+/// The objects whose bytes contain `marker`.
+fn holding(objects: &[(String, Vec<u8>)], marker: &str) -> Vec<String> {
+    let needle = marker.as_bytes();
+    objects
+        .iter()
+        .filter(|(_, bytes)| bytes.windows(needle.len()).any(|w| w == needle))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// The names a version of `t` returns (`None`: the version is gone).
+async fn names_at(metadata: &MetadataContext, t: &TableRef, version: u64) -> Option<Vec<String>> {
+    let dataset = match metadata.engine().open(t, Some(version)).await {
+        Ok(dataset) => dataset,
+        Err(EngineError::NotFound(_)) => return None,
+        Err(e) => panic!("version {version} is neither readable nor gone: {e}"),
+    };
+    let batch = dataset.scan().try_into_batch().await.unwrap();
+    let names = batch
+        .column_by_name("name")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap()
+        .iter()
+        .flatten()
+        .map(str::to_owned)
+        .collect();
+    Some(names)
+}
+
+/// Writes rows, some carrying `marker`, and deletes those: the marker is still in storage
+/// (a DELETE alone is not erasure — the positive control). Returns the version of the delete.
+async fn write_then_delete(metadata: &MetadataContext, t: &TableRef, marker: &str) -> u64 {
+    seed(metadata, t, &[0..30, 30..50]).await;
+    // The marked rows share their fragments with rows that stay: compaction must rewrite them.
+    metadata
+        .engine()
+        .append(t, schema(), vec![rows(50..100, marker, &[60, 61, 70])])
+        .await
+        .unwrap();
+    metadata
+        .engine()
+        .append(t, schema(), vec![rows(100..150, marker, &[120])])
+        .await
+        .unwrap();
+    let deleted = metadata
+        .engine()
+        .delete(
+            t,
+            Some(col("name").eq(lit(marker))),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted.rows, 4);
+    deleted.version
+}
+
+/// After a pass: no version returns the marker, every version is either readable or gone.
+async fn assert_no_version_returns(
+    metadata: &MetadataContext,
+    t: &TableRef,
+    marker: &str,
+    latest: u64,
+) -> Vec<u64> {
+    let mut kept = Vec::new();
+    for version in 1..=latest {
+        if let Some(names) = names_at(metadata, t, version).await {
+            assert!(
+                !names.iter().any(|n| n == marker),
+                "version {version} still returns the deleted rows"
+            );
+            kept.push(version);
+        }
+    }
+    kept
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_erases_deleted_rows() {
+    // A local lake.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("erase-me-{}", lake_testkit::unique("m"));
+    let t = table("people", "contacts");
+    let metadata = local_metadata(dir.path()).await;
+    let deleted_at = write_then_delete(&metadata, &t, &marker).await;
+    assert!(
+        !holding(&local_objects(dir.path()), &marker).is_empty(),
+        "the marker is not in any file even before maintenance: the check below would prove nothing"
+    );
+    let summary = maintain::run(metadata.engine(), erasing()).await.unwrap();
+    assert_eq!(summary.failed(), 0, "{summary:?}");
+    let done = &summary.tables[0];
+    assert_eq!(done.compaction.deleted_rows_erased, 4, "{done}");
+    assert!(done.removal.versions_removed >= deleted_at, "{done}");
+    assert_eq!(
+        holding(&local_objects(dir.path()), &marker),
+        Vec::<String>::new(),
+        "files still holding the deleted rows"
+    );
+    let latest = metadata
+        .engine()
+        .open(&t, None)
+        .await
+        .unwrap()
+        .version()
+        .version;
+    let kept = assert_no_version_returns(&metadata, &t, &marker, latest).await;
+    assert_eq!(kept, vec![latest], "only the latest version is kept");
+    let remaining = names_at(&metadata, &t, latest).await.unwrap();
+    assert_eq!(remaining.len(), 146);
+    // The manifest rows of the removed versions are gone (read with the lake closed).
+    let base_uri = metadata.engine().warehouse().manifest_base_uri(&t);
+    drop(metadata);
+    let store = EmbeddedStore::open(&dir.path().join("_lake/manifests.redb"), false).unwrap();
+    let versions: Vec<SortKey> = query_all(&store, &base_uri, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.key.sort)
+        .collect();
+    assert_eq!(versions, vec![SortKey::N(latest)]);
+
+    // The same on the emulator: S3 objects and DynamoDB rows.
+    let lake = CloudLake::new().await;
+    let metadata = lake.metadata().await;
+    let marker = format!("erase-me-{}", lake_testkit::unique("m"));
+    write_then_delete(&metadata, &t, &marker).await;
+    assert!(!holding(&bucket_objects(&lake).await, &marker).is_empty());
+    let summary = maintain::run(metadata.engine(), erasing()).await.unwrap();
+    assert_eq!(summary.failed(), 0, "{summary:?}");
+    assert_eq!(
+        holding(&bucket_objects(&lake).await, &marker),
+        Vec::<String>::new(),
+        "objects still holding the deleted rows"
+    );
+    let latest = metadata
+        .engine()
+        .open(&t, None)
+        .await
+        .unwrap()
+        .version()
+        .version;
+    let kept = assert_no_version_returns(&metadata, &t, &marker, latest).await;
+    assert_eq!(kept, vec![latest]);
+    let rows: Vec<String> = lake
+        .dump_manifest_table()
+        .await
+        .into_iter()
+        .filter(|row| row.contains("people/contacts.lance"))
+        .collect();
+    assert_eq!(
+        rows.len(),
+        1,
+        "manifest rows of removed versions remain: {rows:#?}"
+    );
+    assert!(rows[0].contains(&format!("N(\"{latest}\")")), "{rows:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_keeps_what_retention_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let metadata = local_metadata(dir.path()).await;
+    let t = table("kept", "history");
+    seed(&metadata, &t, &[0..10, 10..20, 20..30, 30..40]).await;
+    let engine = metadata.engine();
+
+    // Every version is younger than an hour: compaction runs, nothing is removed.
+    let summary = maintain::run(
+        engine,
+        with_retention(Duration::from_secs(3600), Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    let done = &summary.tables[0];
+    assert_eq!(done.outcome, Outcome::Done, "{done}");
+    assert_eq!(
+        (
+            done.compaction.fragments_before,
+            done.compaction.fragments_after
+        ),
+        (4, 1),
+        "{done}"
+    );
+    assert_eq!(done.removal.versions_removed, 0, "{done}");
+    let latest = engine.open(&t, None).await.unwrap().version().version;
+    assert!(latest > 4, "the compaction committed nothing");
+    for version in 1..=4 {
+        let names = names_at(&metadata, &t, version).await.expect("kept");
+        assert_eq!(names.len() as u64, version * 10, "version {version}");
+    }
+    // Old enough, but replaced less than the grace ago: still kept.
+    let summary = maintain::run(
+        engine,
+        with_retention(Duration::ZERO, Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        summary.tables[0].removal.versions_removed, 0,
+        "{}",
+        summary.tables[0]
+    );
+    assert!(names_at(&metadata, &t, 1).await.is_some());
+
+    // A tagged version is never removed silently: the pass fails for the table, naming it.
+    let dataset = engine.open(&t, None).await.unwrap();
+    dataset.tags().create("audit", 2).await.unwrap();
+    drop(dataset);
+    let summary = maintain::run(engine, eager()).await.unwrap();
+    let Outcome::Failed(why) = &summary.tables[0].outcome else {
+        panic!(
+            "a tagged old version was removed or ignored: {}",
+            summary.tables[0]
+        );
+    };
+    assert!(why.contains("audit") || why.contains("tag"), "{why}");
+    assert!(
+        names_at(&metadata, &t, 2).await.is_some(),
+        "the tagged version went"
+    );
+    engine
+        .open(&t, None)
+        .await
+        .unwrap()
+        .tags()
+        .delete("audit")
+        .await
+        .unwrap();
+
+    // Neither: everything but the latest goes, and the latest still has every row.
+    let summary = maintain::run(engine, eager()).await.unwrap();
+    let done = &summary.tables[0];
+    assert_eq!(done.outcome, Outcome::Done, "{done}");
+    assert_eq!(done.removal.versions_removed, latest - 1, "{done}");
+    assert_eq!(done.removal.manifest_rows_removed, latest - 1, "{done}");
+    for version in 1..latest {
+        assert!(
+            names_at(&metadata, &t, version).await.is_none(),
+            "version {version} kept"
+        );
+    }
+    assert_eq!(names_at(&metadata, &t, latest).await.unwrap().len(), 40);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_never_loses_a_concurrent_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let metadata = Arc::new(local_metadata(dir.path()).await);
+    let t = table("busy", "events");
+    seed(&metadata, &t, std::slice::from_ref(&(0..1))).await;
+    const WRITERS: i64 = 8;
+    const COMMITS: i64 = 16;
+    // A grace of a few seconds: the version a write read as the latest may be removed once the
+    // write has taken longer than the grace (in a lake the grace is minutes and covers the
+    // longest write, docs/guides/maintenance.md).
+    let options = with_retention(Duration::ZERO, Duration::from_secs(3));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let passes = {
+        let (metadata, stop) = (metadata.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut passes = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let summary = maintain::run(metadata.engine(), options).await.unwrap();
+                passes.push(summary);
+            }
+            passes
+        })
+    };
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (metadata, t) = (metadata.clone(), t.clone());
+            tokio::spawn(async move {
+                let mut acknowledged = Vec::new();
+                for c in 0..COMMITS {
+                    let first = 1 + (w * COMMITS + c) * 10;
+                    metadata
+                        .engine()
+                        .append(&t, schema(), vec![crate::support::batch(first..first + 10)])
+                        .await
+                        .unwrap_or_else(|e| panic!("writer {w} commit {c}: {e}"));
+                    acknowledged.extend(first..first + 10);
+                    // Spread over seconds, so versions age past the grace while writes go on.
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    let mut acknowledged = vec![0];
+    for writer in writers {
+        acknowledged.extend(writer.await.unwrap());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let passes = passes.await.unwrap();
+    // One more pass with nothing racing it.
+    let last = maintain::run(metadata.engine(), eager()).await.unwrap();
+    assert_eq!(last.failed(), 0, "{last:?}");
+    let compactions = passes
+        .iter()
+        .flat_map(|p| &p.tables)
+        .filter(|t| t.compaction.version.is_some())
+        .count();
+    assert!(
+        compactions > 0,
+        "no compaction ran beside the writers: {passes:?}"
+    );
+    let removed: u64 = passes
+        .iter()
+        .flat_map(|p| &p.tables)
+        .map(|t| t.removal.versions_removed)
+        .sum();
+    assert!(removed > 0, "no version was removed beside the writers");
+    let failed: Vec<_> = passes
+        .iter()
+        .flat_map(|p| &p.tables)
+        .filter(|t| matches!(t.outcome, Outcome::Failed(_)))
+        .collect();
+    assert!(failed.is_empty(), "passes failed: {failed:#?}");
+    let latest = metadata.engine().open(&t, None).await.unwrap();
+    let mut ids = crate::support::ids(&latest).await;
+    acknowledged.sort_unstable();
+    let total = ids.len();
+    ids.dedup();
+    assert_eq!(total, ids.len(), "rows written twice");
+    assert_eq!(ids, acknowledged, "acknowledged rows lost");
+    eprintln!(
+        "{} passes ({compactions} compactions, {removed} versions removed) beside {WRITERS} \
+         writers of {COMMITS} commits",
+        passes.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_waits_out_a_running_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let metadata = local_metadata(dir.path()).await;
+    let t = table("read", "while");
+    // Eight fragments, read one at a time with little buffered: the query still has files to
+    // open after the pass.
+    let commits: Vec<_> = (0..8).map(|i| i * 20_000..(i + 1) * 20_000).collect();
+    seed(&metadata, &t, &commits).await;
+    // A query reads the latest version, a batch at a time; meanwhile it is replaced.
+    let reading = metadata.engine().open(&t, None).await.unwrap();
+    let slow_scan = |dataset: &lance::dataset::Dataset| {
+        let mut scan = dataset.scan();
+        scan.batch_size(1000)
+            .fragment_readahead(1)
+            .batch_readahead(1)
+            .io_buffer_size(64 * 1024);
+        scan
+    };
+    let mut stream = slow_scan(&reading).try_into_stream().await.unwrap();
+    let mut read = stream.next().await.unwrap().unwrap().num_rows();
+    metadata
+        .engine()
+        .append(&t, schema(), vec![crate::support::batch(160_000..160_100)])
+        .await
+        .unwrap();
+    // The pass removes everything old except what the grace protects: the version the query
+    // reads was replaced a moment ago.
+    let summary = maintain::run(
+        metadata.engine(),
+        with_retention(Duration::ZERO, Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(summary.failed(), 0, "{summary:?}");
+    while let Some(batch) = stream.next().await {
+        read += batch.expect("the running query broke").num_rows();
+    }
+    assert_eq!(read, 160_000, "the query read a wrong number of rows");
+
+    // The control: without the grace, the same query loses its files.
+    let reading = metadata.engine().open(&t, None).await.unwrap();
+    metadata
+        .engine()
+        .append(&t, schema(), vec![crate::support::batch(160_100..160_200)])
+        .await
+        .unwrap();
+    let summary = maintain::run(metadata.engine(), eager()).await.unwrap();
+    assert!(
+        summary.tables[0].removal.versions_removed > 0,
+        "{}",
+        summary.tables[0]
+    );
+    let broken = reading.scan().try_into_batch().await;
+    assert!(
+        broken.is_err(),
+        "a version maintenance removed was still readable: the check above proves nothing"
+    );
+}
+
+/// `lake maintain` on a stopped local lake; time travel to a removed version is NOT_FOUND,
+/// naming the retention.
+#[tokio::test(flavor = "multi_thread")]
+async fn maintain_command_runs_a_pass_and_removed_versions_are_not_found() {
+    let lake = LocalLake::start();
+    let sql = |endpoint: &str, statement: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+            .args(["sql", endpoint, statement])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for statement in [
+        "CREATE SCHEMA s",
+        "CREATE TABLE s.t (id BIGINT)",
+        "INSERT INTO s.t VALUES (1)",
+        "INSERT INTO s.t VALUES (2)",
+        "INSERT INTO s.t VALUES (3)",
+    ] {
+        let (ok, out, err) = sql(&lake.metadata, statement);
+        assert!(ok, "{statement}: {out}{err}");
+    }
+    // Served: the command refuses, naming why.
+    let maintain = |dir: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+            .arg("maintain")
+            .arg("--data")
+            .arg(dir)
+            .args(["--retention-seconds", "0", "--grace-seconds", "0"])
+            .output()
+            .unwrap()
+    };
+    let refused = maintain(lake.dir.path());
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("being served"), "{err}");
+
+    let dir = lake.stop();
+    let ran = maintain(dir.path());
+    let out = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        ran.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(out.contains("s.t: ok; fragments 3 -> 1"), "{out}");
+    assert!(out.contains("1 tables, 0 failed"), "{out}");
+
+    let lake = LocalLake::start_in(dir, &[]);
+    let (ok, out, err) = sql(&lake.query, "SELECT count(*) AS n FROM s.t");
+    assert!(ok && out.contains('3'), "{out}{err}");
+    let (ok, out, err) = sql(&lake.query, "SELECT * FROM s.\"t@v2\"");
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("NotFound") || err.contains("not found"),
+        "{err}"
+    );
+    assert!(err.contains("retention"), "{err}");
+    let not_a_lake = tempfile::tempdir().unwrap();
+    let refused = maintain(not_a_lake.path());
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not a lake data directory"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -49,7 +49,7 @@ pub async fn run(engine: &WriteEngine, options: Options) -> Result<PassSummary, 
     let tables = engine.list_tables().await?;
     let mut summary = PassSummary::default();
     for table in tables {
-        tracing::info!(%table, "maintaining");
+        tracing::info!(%table, "maintaining the table");
         let done = maintain_table(engine, &table, options).await;
         tracing::info!(%table, outcome = %done, "maintained");
         summary.tables.push(done);

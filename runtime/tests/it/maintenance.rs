@@ -573,3 +573,54 @@ async fn maintain_command_runs_a_pass_and_removed_versions_are_not_found() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// `lake local --maintain-every-minutes 1` maintains its own lake while serving it.
+#[tokio::test(flavor = "multi_thread")]
+async fn local_lake_maintains_itself_on_its_schedule() {
+    let lake = LocalLake::start_with(&[
+        "--maintain-every-minutes",
+        "1",
+        "--retention-seconds",
+        "0",
+        "--grace-seconds",
+        "0",
+    ]);
+    let sql = |endpoint: &str, statement: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+            .args(["sql", endpoint, statement])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for statement in [
+        "CREATE SCHEMA s",
+        "CREATE TABLE s.t (id BIGINT)",
+        "INSERT INTO s.t VALUES (1)",
+        "INSERT INTO s.t VALUES (2)",
+    ] {
+        let (ok, out, err) = sql(&lake.metadata, statement);
+        assert!(ok, "{statement}: {out}{err}");
+    }
+    let (ok, out, err) = sql(&lake.query, "SELECT count(*) AS n FROM s.\"t@v1\"");
+    assert!(ok, "version 1 is there before the first pass: {out}{err}");
+    // The first pass runs a minute after start-up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let (ok, _, err) = sql(&lake.query, "SELECT count(*) AS n FROM s.\"t@v1\"");
+        if !ok {
+            assert!(err.contains("retention"), "{err}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no maintenance pass removed version 1 within three minutes"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let (ok, out, err) = sql(&lake.query, "SELECT count(*) AS n FROM s.t");
+    assert!(ok && out.contains('2'), "{out}{err}");
+}

@@ -62,6 +62,12 @@ pub(crate) enum Failure {
         .0.display()
     )]
     LakeServed(PathBuf),
+    #[error(
+        "--grace-seconds {grace} is below the query timeout ({timeout} s): maintenance could \
+         remove a version under a query still reading it; raise the grace or lower \
+         --query-timeout-seconds"
+    )]
+    GraceBelowTimeout { grace: u64, timeout: u64 },
     #[error("maintenance could not list the tables: {0}")]
     Maintain(#[source] Box<lake_runtime::engine::EngineError>),
     #[error("maintenance failed for {0} tables (see above)")]

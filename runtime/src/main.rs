@@ -43,6 +43,9 @@ struct MaintainArgs {
     /// Compaction merges smaller fragments up to this many rows.
     #[arg(long, default_value_t = lake_runtime::maintain::DEFAULT_TARGET_ROWS)]
     target_rows_per_fragment: usize,
+    /// An index is brought up to date once this many rows are not in it yet.
+    #[arg(long, default_value_t = lake_runtime::maintain::DEFAULT_INDEX_UNINDEXED_ROWS)]
+    index_unindexed_rows: u64,
 }
 
 impl MaintainArgs {
@@ -53,10 +56,13 @@ impl MaintainArgs {
                 grace: Duration::from_secs(self.grace_seconds),
             },
             target_rows_per_fragment: self.target_rows_per_fragment.max(1),
+            index_unindexed_rows: self.index_unindexed_rows,
         }
     }
 }
 
+// Parsed once at start-up: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// A whole lake on local disk: metadata and query endpoints over one data directory.
@@ -247,6 +253,17 @@ fn main() -> ExitCode {
                 {
                     return Err(Failure::SharedToken);
                 }
+                // A version removed under a running query breaks it: the grace must outlast the
+                // longest query this lake lets run.
+                let query_timeout = limits.query_timeout;
+                if maintain_every_minutes > 0
+                    && Duration::from_secs(maintain.grace_seconds) < query_timeout
+                {
+                    return Err(Failure::GraceBelowTimeout {
+                        grace: maintain.grace_seconds,
+                        timeout: query_timeout.as_secs(),
+                    });
+                }
                 let shutdown = flight::Shutdown::on_signals(Duration::from_secs(shutdown_grace));
                 let maintenance = (maintain_every_minutes > 0).then(|| {
                     (
@@ -355,7 +372,8 @@ fn tokens(file: Option<&Path>) -> Result<Option<Tokens>, Failure> {
     Ok(file.map(Tokens::from_file).transpose()?)
 }
 
-/// Runs a maintenance pass every `every` (the first one `every` after start-up).
+/// Runs a maintenance pass every `every` (the first one `every` after start-up). A pass that
+/// fails (or panics) is reported and the next one runs on schedule.
 async fn maintain_periodically(
     metadata: Arc<MetadataContext>,
     every: Duration,
@@ -363,13 +381,28 @@ async fn maintain_periodically(
 ) {
     loop {
         tokio::time::sleep(every).await;
-        match lake_runtime::maintain::run(metadata.engine(), options).await {
-            Ok(summary) => {
+        let pass = {
+            let metadata = metadata.clone();
+            tokio::spawn(
+                async move { lake_runtime::maintain::run(metadata.engine(), options).await },
+            )
+        };
+        match pass.await {
+            Ok(Ok(summary)) => {
                 for table in &summary.tables {
-                    tracing::info!(summary = %table, "maintenance");
+                    if matches!(table.outcome, lake_runtime::maintain::Outcome::Failed(_)) {
+                        tracing::warn!(summary = %table, "maintenance failed for a table");
+                    } else {
+                        tracing::info!(summary = %table, "maintenance");
+                    }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "a maintenance pass failed; retrying later"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "a maintenance pass failed; the next one runs on schedule")
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a maintenance pass panicked; the next one runs on schedule")
+            }
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use lance::dataset::cleanup::CleanupPolicy;
 use lance::dataset::optimize::{CompactionOptions, compact_files};
+use lance::index::DatasetIndexExt;
+use lance_index::optimize::OptimizeOptions;
 
 use super::{Engine, EngineError, TableRef, WriteEngine};
 
@@ -30,6 +32,9 @@ pub struct Removal {
     pub versions_removed: u64,
     pub bytes_removed: u64,
     pub files_removed: u64,
+    /// Files Lance could not delete (they stay, unreferenced, until a later pass after a week):
+    /// a deleted row may still be in one.
+    pub failed_deletes: u64,
     pub manifest_rows_removed: u64,
 }
 
@@ -48,27 +53,81 @@ pub fn is_conflict(e: &EngineError) -> bool {
     )
 }
 
+/// Lance's own indices (fragment reuse, MemWAL) are kept by Lance, not by us.
+fn is_system_index(name: &str) -> bool {
+    name.starts_with("__")
+}
+
 impl WriteEngine {
-    /// The table's versions with their commit times, oldest first.
-    pub async fn version_times(&self, table: &TableRef) -> Result<Vec<VersionTime>, EngineError> {
+    /// The keys of the table's Lance configuration that turn on Lance's own auto-cleanup (set
+    /// by another writer, say pylance): with them, every commit — a compaction's too — may
+    /// remove versions outside lake's retention and grace, leaving their manifest rows.
+    pub async fn auto_cleanup_keys(&self, table: &TableRef) -> Result<Vec<String>, EngineError> {
         let dataset = self.engine.open(table, None).await?;
-        let versions = dataset
-            .versions()
+        let mut keys: Vec<String> = dataset
+            .config()
+            .keys()
+            .filter(|k| k.starts_with("lance.auto_cleanup."))
+            .cloned()
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// Brings up to date every index of `table` with at least `unindexed_rows_threshold` rows it
+    /// does not cover yet (appended since it was built), in one commit; returns their names.
+    /// Unindexed rows are still found (by scanning them): this is about speed, not answers.
+    pub async fn optimize_indices(
+        &self,
+        table: &TableRef,
+        unindexed_rows_threshold: u64,
+    ) -> Result<Vec<String>, EngineError> {
+        let mut dataset = self.engine.open(table, None).await?;
+        let indices = dataset
+            .load_indices()
             .await
-            .map_err(Engine::lance_err("list versions of", table))?;
-        Ok(versions
-            .into_iter()
-            .map(|v| VersionTime {
-                version: v.version,
-                committed_ms: v.timestamp.timestamp_millis(),
-            })
-            .collect())
+            .map_err(Engine::lance_err("list the indices of", table))?;
+        let mut names: Vec<String> = indices
+            .iter()
+            .map(|i| i.name.clone())
+            .filter(|n| !is_system_index(n))
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut stale = Vec::new();
+        for name in names {
+            let stats = dataset
+                .index_statistics(&name)
+                .await
+                .map_err(Engine::lance_err("read index statistics of", table))?;
+            let unindexed = serde_json::from_str::<serde_json::Value>(&stats)
+                .ok()
+                .and_then(|s| {
+                    s.get("num_unindexed_rows")
+                        .and_then(serde_json::Value::as_u64)
+                })
+                .unwrap_or(0);
+            if unindexed > 0 && unindexed >= unindexed_rows_threshold {
+                stale.push(name);
+            }
+        }
+        if stale.is_empty() {
+            return Ok(stale);
+        }
+        let mut options = OptimizeOptions::append();
+        options.index_names = Some(stale.clone());
+        dataset
+            .optimize_indices(&options)
+            .await
+            .map_err(Engine::lance_err("optimize the indices of", table))?;
+        Ok(stale)
     }
 
     /// Rewrites small fragments into fragments of up to `target_rows_per_fragment` rows, and
     /// every fragment holding a deleted row (so deleted rows leave the data files), in one
     /// commit. Not under the table's commit lock: writes go on meanwhile, and Lance rebases the
-    /// compaction on them (a write that touched the same fragments wins; see [`is_conflict`]).
+    /// compaction on them; against a `DELETE` of the same fragments whichever commits second
+    /// fails ([`is_conflict`]: the compaction is skipped; a delete is planned again).
     pub async fn compact_fragments(
         &self,
         table: &TableRef,
@@ -111,18 +170,53 @@ impl WriteEngine {
         })
     }
 
-    /// Removes every version before `cutoff` (never the latest, never a tagged one: a tag on
-    /// such a version fails the removal, naming it), the files only they reference, and then
-    /// their manifest rows. Files no manifest references are left alone unless a week old
-    /// (Lance's rule: they may belong to a write in progress).
-    pub async fn remove_versions_before(
+    /// Removes the versions `decide` picks from the table's versions (it returns the first
+    /// version to keep; never past the latest), the files only they reference, and their
+    /// manifest rows. Never the latest version, never a tagged one (a tag on a version to remove
+    /// fails the removal, naming it, before anything is deleted). Files no manifest references
+    /// are left alone unless a week old (Lance's rule: they may belong to a write in progress).
+    ///
+    /// Under the table's commit lock: a DROP and CREATE of the same name in this process cannot
+    /// interleave with it. Only versions committed before the first one kept are removed (by
+    /// number *and* commit time), so a table created again under the name since the versions
+    /// were listed keeps every version. Only rows of versions removed here are deleted.
+    pub async fn remove_versions(
         &self,
         table: &TableRef,
-        cutoff: u64,
+        decide: impl FnOnce(&[VersionTime]) -> Option<u64>,
     ) -> Result<Removal, EngineError> {
+        let _guard = self.lock(table).await;
         let dataset = self.engine.open(table, None).await?;
+        let listed = dataset
+            .versions()
+            .await
+            .map_err(Engine::lance_err("list versions of", table))?;
+        let times: Vec<VersionTime> = listed
+            .iter()
+            .map(|v| VersionTime {
+                version: v.version,
+                committed_ms: v.timestamp.timestamp_millis(),
+            })
+            .collect();
+        let latest = dataset.version().version;
+        let Some(cutoff) = decide(&times).map(|c| c.min(latest)) else {
+            return Ok(Removal::default());
+        };
+        let Some(first_kept) = listed.iter().find(|v| v.version >= cutoff) else {
+            return Ok(Removal::default());
+        };
+        let doomed: Vec<u64> = listed
+            .iter()
+            .filter(|v| v.version < cutoff && v.timestamp < first_kept.timestamp)
+            .map(|v| v.version)
+            .collect();
+        if doomed.is_empty() {
+            return Ok(Removal::default());
+        }
         let policy = CleanupPolicy {
             before_version: Some(cutoff),
+            before_timestamp: Some(first_kept.timestamp),
+            versions: Some(doomed.iter().copied().collect()),
             error_if_tagged_old_versions: true,
             ..Default::default()
         };
@@ -131,30 +225,37 @@ impl WriteEngine {
             .execute()
             .await
             .map_err(Engine::lance_err("remove old versions of", table))?;
-        // Lance forgets a version only through a store that mints identities (ours does not):
-        // the rows of removed versions go here, below the oldest manifest left.
-        let oldest = dataset
-            .versions()
-            .await
-            .map_err(Engine::lance_err("list versions of", table))?
-            .first()
-            .map_or(dataset.version().version, |v| v.version);
-        let rows = self
-            .manifests
-            .delete_versions_below(&self.engine.warehouse.manifest_base_uri(table), oldest)
-            .await
-            .map_err(|source| EngineError::Manifests {
-                table: table.clone(),
-                source,
-            })?;
-        Ok(Removal {
+        let mut removal = Removal {
             versions_removed: stats.old_versions,
             bytes_removed: stats.bytes_removed,
             files_removed: stats.data_files_removed
                 + stats.deletion_files_removed
                 + stats.index_files_removed
                 + stats.transaction_files_removed,
-            manifest_rows_removed: rows as u64,
-        })
+            failed_deletes: stats.failed_deletes,
+            manifest_rows_removed: 0,
+        };
+        // Lance forgets a version only through a store that mints identities (ours does not):
+        // the rows of the versions removed here (listed before, gone now) go here.
+        let still_listed: std::collections::HashSet<u64> = dataset
+            .versions()
+            .await
+            .map_err(Engine::lance_err("list versions of", table))?
+            .into_iter()
+            .map(|v| v.version)
+            .collect();
+        let removed: Vec<u64> = doomed
+            .into_iter()
+            .filter(|v| !still_listed.contains(v))
+            .collect();
+        removal.manifest_rows_removed = self
+            .manifests
+            .delete_versions(&self.engine.warehouse.manifest_base_uri(table), &removed)
+            .await
+            .map_err(|source| EngineError::Manifests {
+                table: table.clone(),
+                source,
+            })? as u64;
+        Ok(removal)
     }
 }

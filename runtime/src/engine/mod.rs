@@ -71,6 +71,21 @@ pub enum EngineError {
 const COMMIT_RETRY_TIMEOUT: Duration = Duration::from_secs(300);
 const COMMIT_MAX_RETRIES: u32 = 200;
 
+/// How often a delete is found and committed again after losing to a rewrite of its
+/// fragments (see [`WriteEngine::delete`]).
+const DELETE_ATTEMPTS: u32 = 5;
+
+/// A commit that must be planned again on the new version (Lance could not rebase it).
+fn is_replannable(e: &EngineError) -> bool {
+    matches!(
+        e,
+        EngineError::Lance {
+            source: lance::Error::RetryableCommitConflict { .. },
+            ..
+        }
+    )
+}
+
 /// The rows of one write as a stream (see [`WriteEngine::append_stream`]).
 pub type RowStream = datafusion::physical_plan::SendableRecordBatchStream;
 
@@ -432,7 +447,29 @@ impl WriteEngine {
 
     /// Commits staged data files, with our retry budget against other processes' commits.
     pub async fn commit(&self, staged: Staged) -> Result<Committed, EngineError> {
-        let uri = self.engine.warehouse.uri(&staged.table);
+        let version = self
+            .commit_transaction(
+                &staged.table,
+                staged.operation,
+                staged.transaction,
+                staged.affected_rows,
+            )
+            .await?;
+        Ok(Committed {
+            version,
+            rows: staged.rows,
+        })
+    }
+
+    /// Commits `transaction` (the caller holds the table's lock), returning the new version.
+    async fn commit_transaction(
+        &self,
+        table: &TableRef,
+        operation: &'static str,
+        transaction: lance::dataset::transaction::Transaction,
+        affected_rows: Option<RowAddrTreeMap>,
+    ) -> Result<u64, EngineError> {
+        let uri = self.engine.warehouse.uri(table);
         let mut commit = CommitBuilder::new(uri.as_str())
             .with_commit_handler(self.engine.handler.clone())
             .with_session(self.engine.session.clone())
@@ -440,53 +477,62 @@ impl WriteEngine {
             .with_max_retries(COMMIT_MAX_RETRIES)
             // Only maintenance removes files (see `Engine::write_params`).
             .with_skip_auto_cleanup(true);
-        if let Some(store_params) = self.engine.warehouse.store_params(&staged.table) {
+        if let Some(store_params) = self.engine.warehouse.store_params(table) {
             commit = commit.with_store_params(store_params);
         }
-        if let Some(rows) = staged.affected_rows {
+        if let Some(rows) = affected_rows {
             commit = commit.with_affected_rows(rows);
         }
         let dataset = commit
-            .execute(staged.transaction)
+            .execute(transaction)
             .await
-            .map_err(Engine::lance_err(staged.operation, &staged.table))?;
-        Ok(Committed {
-            version: dataset.version().version,
-            rows: staged.rows,
-        })
+            .map_err(Engine::lance_err(operation, table))?;
+        Ok(dataset.version().version)
     }
 
     /// Deletes the rows matching `predicate` (a planned expression, see the Flight service's
     /// `sql::delete`; `None`: every row) in one commit. Finding them — a scan — must end within
-    /// `limit`, or nothing is deleted; the commit itself is never cut short.
+    /// `limit`, or nothing is deleted; the commit itself is never cut short. A commit that
+    /// cannot be rebased on one that rewrote the same fragments meanwhile (a compaction by
+    /// maintenance) is found again on the new version and committed again.
     pub async fn delete(
         &self,
         table: &TableRef,
         predicate: Option<datafusion::logical_expr::Expr>,
         limit: Duration,
     ) -> Result<Committed, EngineError> {
-        let guard = self.lock(table).await;
-        let dataset = Arc::new(self.engine.open(table, None).await?);
+        let _guard = self.lock(table).await;
         let predicate = predicate.unwrap_or_else(|| datafusion::logical_expr::lit(true));
-        let found = tokio::time::timeout(
-            limit,
-            DeleteBuilder::from_expr(dataset, predicate).execute_uncommitted(),
-        )
-        .await
-        .map_err(|_| EngineError::Deadline {
-            table: table.clone(),
-            limit,
-        })?
-        .map_err(Engine::lance_err("delete from", table))?;
-        self.commit(Staged {
-            table: table.clone(),
-            operation: "delete from",
-            transaction: found.transaction,
-            rows: found.num_deleted_rows,
-            affected_rows: found.affected_rows,
-            _guard: guard,
-        })
-        .await
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let dataset = Arc::new(self.engine.open(table, None).await?);
+            let found = tokio::time::timeout(
+                limit,
+                DeleteBuilder::from_expr(dataset, predicate.clone()).execute_uncommitted(),
+            )
+            .await
+            .map_err(|_| EngineError::Deadline {
+                table: table.clone(),
+                limit,
+            })?
+            .map_err(Engine::lance_err("delete from", table))?;
+            match self
+                .commit_transaction(table, "delete from", found.transaction, found.affected_rows)
+                .await
+            {
+                Ok(version) => {
+                    return Ok(Committed {
+                        version,
+                        rows: found.num_deleted_rows,
+                    });
+                }
+                Err(e) if attempt < DELETE_ATTEMPTS && is_replannable(&e) => {
+                    tracing::info!(%table, attempt, error = %e, "a delete lost to a rewrite of its fragments; finding its rows again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Removes a table's files and every one of its manifest rows (Lance itself never deletes

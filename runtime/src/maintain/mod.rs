@@ -1,11 +1,13 @@
 //! Table maintenance, the fourth authority: one pass over every table compacts small fragments
-//! and every fragment holding deleted rows (a DELETE becomes erasure), then removes the versions
-//! outside the retention with the files only they use and their manifest rows.
+//! and every fragment holding deleted rows (a DELETE becomes erasure), brings up to date the
+//! indices that lag behind, then removes the versions outside the retention with the files only
+//! they use and their manifest rows.
 //!
 //! Each table is its own unit: one that fails is reported and the pass goes on. A compaction
-//! that loses to a concurrent write is skipped (the write wins; the next pass compacts).
-//! Writes go on during a pass: Lance commits the compaction on top of them, and removal never
-//! touches the latest version or a file no manifest references yet.
+//! that loses to a concurrent `DELETE` of the same fragments is skipped (the next pass
+//! compacts); a `DELETE` that loses to it is planned again (`WriteEngine::delete`). Writes go on
+//! during a pass: Lance commits the compaction on top of them, and removal never touches the
+//! latest version or a file no manifest references yet.
 
 mod retention;
 mod summary;
@@ -23,6 +25,8 @@ pub struct Options {
     pub retention: Retention,
     /// Compaction's target: fragments with fewer rows are merged up to this many.
     pub target_rows_per_fragment: usize,
+    /// An index is brought up to date once this many rows are not in it yet.
+    pub index_unindexed_rows: u64,
 }
 
 impl Default for Options {
@@ -33,6 +37,7 @@ impl Default for Options {
                 grace: DEFAULT_GRACE,
             },
             target_rows_per_fragment: DEFAULT_TARGET_ROWS,
+            index_unindexed_rows: DEFAULT_INDEX_UNINDEXED_ROWS,
         }
     }
 }
@@ -43,6 +48,8 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(15 * 60);
 /// Lance's default fragment size.
 pub const DEFAULT_TARGET_ROWS: usize = 1024 * 1024;
+/// Rows an index may lag behind before a pass updates it (they are scanned meanwhile).
+pub const DEFAULT_INDEX_UNINDEXED_ROWS: u64 = 100_000;
 
 /// One pass over every table of `engine`'s warehouse.
 pub async fn run(engine: &WriteEngine, options: Options) -> Result<PassSummary, EngineError> {
@@ -63,45 +70,77 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// One table: compaction, then removal of the versions outside the retention.
+/// One table: compaction, index upkeep, then removal of the versions outside the retention.
 pub async fn maintain_table(
     engine: &WriteEngine,
     table: &TableRef,
     options: Options,
 ) -> TableSummary {
     let mut done = TableSummary::new(table.clone());
+    match engine.auto_cleanup_keys(table).await {
+        Ok(keys) if keys.is_empty() => {}
+        Ok(keys) => {
+            done.outcome = Outcome::Failed(format!(
+                "the table is configured for Lance's own auto-cleanup ({}), which removes \
+                 versions outside the retention and grace and leaves their manifest rows: \
+                 remove those keys (pylance: dataset.delete_config_keys)",
+                keys.join(", ")
+            ));
+            return done;
+        }
+        Err(e) => return failed_or_gone(done, e),
+    }
     match engine
         .compact_fragments(table, options.target_rows_per_fragment)
         .await
     {
         Ok(compaction) => done.compaction = compaction,
-        // The table was dropped since the listing: nothing to maintain.
-        Err(EngineError::NotFound(_)) => {
-            done.outcome = Outcome::Gone;
-            return done;
-        }
         Err(e) if is_conflict(&e) => {
             tracing::info!(%table, error = %e, "compaction lost to a concurrent write; the next pass compacts");
             done.outcome = Outcome::CompactionSkipped(e.to_string());
         }
-        Err(e) => {
-            done.outcome = Outcome::Failed(e.to_string());
-            return done;
-        }
+        Err(e) => return failed_or_gone(done, e),
     }
-    let versions = match engine.version_times(table).await {
-        Ok(versions) => versions,
-        Err(e) => {
-            done.outcome = Outcome::Failed(e.to_string());
-            return done;
+    match engine
+        .optimize_indices(table, options.index_unindexed_rows)
+        .await
+    {
+        Ok(names) => done.indices_optimized = names,
+        Err(e) if is_conflict(&e) => {
+            tracing::info!(%table, error = %e, "index update lost to a concurrent write; the next pass updates");
         }
+        Err(e) => return failed_or_gone(done, e),
+    }
+    let mut listed = 0;
+    let now = now_ms();
+    let removal = engine
+        .remove_versions(table, |versions| {
+            listed = versions.len();
+            cutoff(versions, now, options.retention)
+        })
+        .await;
+    done.versions_before = listed;
+    match removal {
+        Ok(removal) => {
+            done.removal = removal;
+            if removal.failed_deletes > 0 {
+                done.outcome = Outcome::Failed(format!(
+                    "{} files of removed versions could not be deleted; they may hold deleted \
+                     rows, and stay until a pass a week from now deletes them",
+                    removal.failed_deletes
+                ));
+            }
+        }
+        Err(e) => return failed_or_gone(done, e),
+    }
+    done
+}
+
+/// A table dropped while its pass ran is gone, not failed.
+fn failed_or_gone(mut done: TableSummary, e: EngineError) -> TableSummary {
+    done.outcome = match e {
+        EngineError::NotFound(_) => Outcome::Gone,
+        e => Outcome::Failed(e.to_string()),
     };
-    done.versions_before = versions.len();
-    if let Some(cutoff) = cutoff(&versions, now_ms(), options.retention) {
-        match engine.remove_versions_before(table, cutoff).await {
-            Ok(removal) => done.removal = removal,
-            Err(e) => done.outcome = Outcome::Failed(e.to_string()),
-        }
-    }
     done
 }

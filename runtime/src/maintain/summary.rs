@@ -20,6 +20,8 @@ pub enum Outcome {
 pub struct TableSummary {
     pub table: TableRef,
     pub compaction: Compaction,
+    /// Indices brought up to date.
+    pub indices_optimized: Vec<String>,
     /// Versions there were after the compaction, before removal.
     pub versions_before: usize,
     pub removal: Removal,
@@ -31,6 +33,7 @@ impl TableSummary {
         Self {
             table,
             compaction: Compaction::default(),
+            indices_optimized: Vec::new(),
             versions_before: 0,
             removal: Removal::default(),
             outcome: Outcome::Done,
@@ -57,13 +60,14 @@ impl fmt::Display for TableSummary {
         let r = &self.removal;
         write!(
             f,
-            "{}: {}; fragments {} -> {}, deleted rows erased {}; versions {} -> {} \
-             ({} removed, {} files, {} bytes, {} manifest rows)",
+            "{}: {}; fragments {} -> {}, deleted rows erased {}; indices updated [{}]; \
+             versions {} -> {} ({} removed, {} files, {} bytes, {} manifest rows)",
             self.table,
             self.outcome,
             c.fragments_before,
             c.fragments_after,
             c.deleted_rows_erased,
+            self.indices_optimized.join(", "),
             self.versions_before,
             self.versions_before
                 .saturating_sub(usize::try_from(r.versions_removed).unwrap_or(usize::MAX)),

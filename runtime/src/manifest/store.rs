@@ -123,43 +123,29 @@ impl ManifestStore {
         }
     }
 
-    /// Deletes the rows of a dataset's versions below `version` (whose manifests maintenance
-    /// removed), never its latest row, returning how many there were.
-    pub async fn delete_versions_below(
+    /// Deletes the rows of `versions` of a dataset (versions maintenance removed), never its
+    /// latest row, returning how many it deleted.
+    pub async fn delete_versions(
         &self,
         base_uri: &str,
-        version: u64,
+        versions: &[u64],
     ) -> Result<usize, StoreError> {
-        let Some((latest, _)) =
-            latest(self.kv.as_ref(), base_uri)
-                .await
-                .map_err(|e| StoreError::Backend {
-                    store: self.kv.describe().to_owned(),
-                    source: Box::new(e),
-                })?
-        else {
-            return Ok(0);
-        };
-        let below = version.min(latest);
-        let mut deleted = 0;
-        loop {
-            // Always the first page: the previous one is gone.
-            let page = self
-                .kv
-                .query(base_uri, &QueryRequest::first(self.page_size))
-                .await?;
-            let ops: Vec<WriteOp> = page
-                .items
-                .iter()
-                .filter(|i| matches!(i.key.sort, SortKey::N(v) if v >= 1 && v < below))
-                .map(|i| WriteOp::Delete(i.key.clone()))
-                .collect();
-            if ops.is_empty() {
-                return Ok(deleted);
-            }
-            self.kv.batch(&ops).await?;
-            deleted += ops.len();
+        let latest = latest(self.kv.as_ref(), base_uri)
+            .await
+            .map_err(|e| StoreError::Backend {
+                store: self.kv.describe().to_owned(),
+                source: Box::new(e),
+            })?
+            .map(|(version, _)| version);
+        let ops: Vec<WriteOp> = versions
+            .iter()
+            .filter(|v| **v >= 1 && Some(**v) != latest && latest.is_some_and(|l| **v < l))
+            .map(|v| WriteOp::Delete(row_key(base_uri, *v)))
+            .collect();
+        for chunk in ops.chunks(self.page_size) {
+            self.kv.batch(chunk).await?;
         }
+        Ok(ops.len())
     }
 
     fn row(base_uri: &str, version: u64, path: &str, size: u64) -> Item {

@@ -118,6 +118,15 @@ fn holding(objects: &[(String, Vec<u8>)], marker: &str) -> Vec<String> {
         .collect()
 }
 
+/// Those of [`holding`] that are data files (`…/data/…`): the DELETE's own transaction file
+/// names the marker in its predicate, so only data files show whether the rows were stored.
+fn data_files_holding(objects: &[(String, Vec<u8>)], marker: &str) -> Vec<String> {
+    holding(objects, marker)
+        .into_iter()
+        .filter(|name| name.contains("/data/"))
+        .collect()
+}
+
 /// The names a version of `t` returns (`None`: the version is gone).
 async fn names_at(metadata: &MetadataContext, t: &TableRef, version: u64) -> Option<Vec<String>> {
     let dataset = match metadata.engine().open(t, Some(version)).await {
@@ -196,8 +205,9 @@ async fn maintenance_erases_deleted_rows() {
     let metadata = local_metadata(dir.path()).await;
     let deleted_at = write_then_delete(&metadata, &t, &marker).await;
     assert!(
-        !holding(&local_objects(dir.path()), &marker).is_empty(),
-        "the marker is not in any file even before maintenance: the check below would prove nothing"
+        !data_files_holding(&local_objects(dir.path()), &marker).is_empty(),
+        "the marker is not in any data file even before maintenance: the check below would \
+         prove nothing"
     );
     let summary = maintain::run(metadata.engine(), erasing()).await.unwrap();
     assert_eq!(summary.failed(), 0, "{summary:?}");
@@ -237,7 +247,7 @@ async fn maintenance_erases_deleted_rows() {
     let metadata = lake.metadata().await;
     let marker = format!("erase-me-{}", lake_testkit::unique("m"));
     write_then_delete(&metadata, &t, &marker).await;
-    assert!(!holding(&bucket_objects(&lake).await, &marker).is_empty());
+    assert!(!data_files_holding(&bucket_objects(&lake).await, &marker).is_empty());
     let summary = maintain::run(metadata.engine(), erasing()).await.unwrap();
     assert_eq!(summary.failed(), 0, "{summary:?}");
     assert_eq!(
@@ -359,7 +369,9 @@ async fn maintenance_never_loses_a_concurrent_write() {
     let dir = tempfile::tempdir().unwrap();
     let metadata = Arc::new(local_metadata(dir.path()).await);
     let t = table("busy", "events");
-    seed(&metadata, &t, std::slice::from_ref(&(0..1))).await;
+    // Rows -1000..0 are deleted, a hundred at a time, while the writers append and the passes
+    // compact (the deletes' fragments are exactly what compaction rewrites).
+    seed(&metadata, &t, std::slice::from_ref(&(-1000..1))).await;
     const WRITERS: i64 = 8;
     const COMMITS: i64 = 16;
     // A grace of a few seconds: the version a write read as the latest may be removed once the
@@ -398,12 +410,37 @@ async fn maintenance_never_loses_a_concurrent_write() {
             })
         })
         .collect();
-    let mut acknowledged = vec![0];
+    let deleter = {
+        let (metadata, t) = (metadata.clone(), t.clone());
+        tokio::spawn(async move {
+            for k in 0..10i64 {
+                let rows = col("id")
+                    .gt_eq(lit(-(k + 1) * 100))
+                    .and(col("id").lt(lit(-k * 100)));
+                let deleted = metadata
+                    .engine()
+                    .delete(&t, Some(rows), Duration::from_secs(60))
+                    .await
+                    .unwrap_or_else(|e| panic!("delete {k}: {e}"));
+                assert_eq!(deleted.rows, 100, "delete {k}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    // Every task's outcome first, then stop the passes: a failed write or delete must fail
+    // the test, not leave the passes running forever.
+    let mut written = Vec::new();
     for writer in writers {
-        acknowledged.extend(writer.await.unwrap());
+        written.push(writer.await);
     }
+    let deleted = deleter.await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let passes = passes.await.unwrap();
+    deleted.unwrap();
+    let mut acknowledged = vec![0];
+    for rows in written {
+        acknowledged.extend(rows.unwrap());
+    }
     // One more pass with nothing racing it.
     let last = maintain::run(metadata.engine(), eager()).await.unwrap();
     assert_eq!(last.failed(), 0, "{last:?}");
@@ -577,13 +614,28 @@ async fn maintain_command_runs_a_pass_and_removed_versions_are_not_found() {
 /// `lake local --maintain-every-minutes 1` maintains its own lake while serving it.
 #[tokio::test(flavor = "multi_thread")]
 async fn local_lake_maintains_itself_on_its_schedule() {
+    // The grace must outlast the query timeout: a lower one is refused at start-up.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args(["local", "--data"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .args(["--maintain-every-minutes", "1", "--grace-seconds", "5"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("--grace-seconds 5 is below the query timeout (600 s)"),
+        "{err}"
+    );
     let lake = LocalLake::start_with(&[
         "--maintain-every-minutes",
         "1",
         "--retention-seconds",
         "0",
         "--grace-seconds",
-        "0",
+        "2",
+        "--query-timeout-seconds",
+        "2",
     ]);
     let sql = |endpoint: &str, statement: &str| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
@@ -623,4 +675,73 @@ async fn local_lake_maintains_itself_on_its_schedule() {
     }
     let (ok, out, err) = sql(&lake.query, "SELECT count(*) AS n FROM s.t");
     assert!(ok && out.contains('2'), "{out}{err}");
+}
+
+/// An index that lags behind by the threshold is brought up to date; one that lags less is
+/// left for a later pass.
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_updates_indices_that_lag_behind() {
+    use lance::index::DatasetIndexExt;
+    let dir = tempfile::tempdir().unwrap();
+    let metadata = local_metadata(dir.path()).await;
+    let t = table("indexed", "ids");
+    seed(&metadata, &t, std::slice::from_ref(&(0..100))).await;
+    let mut dataset = metadata.engine().open(&t, None).await.unwrap();
+    dataset
+        .create_index(
+            &["id"],
+            lance_index::IndexType::BTree,
+            Some("ids".into()),
+            &lance_index::scalar::ScalarIndexParams::default(),
+            false,
+        )
+        .await
+        .unwrap();
+    metadata
+        .engine()
+        .append(&t, schema(), vec![crate::support::batch(100..150)])
+        .await
+        .unwrap();
+    let unindexed = |dataset: lance::dataset::Dataset| async move {
+        let stats = dataset.index_statistics("ids").await.unwrap();
+        serde_json::from_str::<serde_json::Value>(&stats).unwrap()["num_unindexed_rows"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(
+        unindexed(metadata.engine().open(&t, None).await.unwrap()).await,
+        50
+    );
+    // Fragments of 50 and 100 rows are "large" here: only the index is at stake.
+    let options = |threshold| Options {
+        target_rows_per_fragment: 10,
+        index_unindexed_rows: threshold,
+        ..Options::default()
+    };
+    let summary = maintain::run(metadata.engine(), options(51)).await.unwrap();
+    assert!(
+        summary.tables[0].indices_optimized.is_empty(),
+        "{}",
+        summary.tables[0]
+    );
+    assert_eq!(
+        unindexed(metadata.engine().open(&t, None).await.unwrap()).await,
+        50
+    );
+    let summary = maintain::run(metadata.engine(), options(50)).await.unwrap();
+    assert_eq!(
+        summary.tables[0].indices_optimized,
+        ["ids"],
+        "{}",
+        summary.tables[0]
+    );
+    assert_eq!(
+        unindexed(metadata.engine().open(&t, None).await.unwrap()).await,
+        0
+    );
+    let latest = metadata.engine().open(&t, None).await.unwrap();
+    assert_eq!(
+        crate::support::ids(&latest).await,
+        (0..150).collect::<Vec<_>>()
+    );
 }

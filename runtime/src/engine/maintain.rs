@@ -237,8 +237,9 @@ impl WriteEngine {
         };
         // Lance forgets a version only through a store that mints identities (ours does not):
         // the rows of the versions removed here (listed before, gone now) go here.
+        // A listing only: reading every kept manifest again is not needed to know which remain.
         let still_listed: std::collections::HashSet<u64> = dataset
-            .versions()
+            .version_refs()
             .await
             .map_err(Engine::lance_err("list versions of", table))?
             .into_iter()

@@ -3,6 +3,8 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use crate::support::exited_within;
+
 fn lake_plan(vars: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lake"));
     cmd.arg("plan");
@@ -113,24 +115,4 @@ fn serve_refuses_to_start_without_authentication() {
         stderr.contains("serving without authentication"),
         "{stderr}"
     );
-}
-
-/// `command`'s output if it exits within `limit`; otherwise it is killed and `None`. (What it
-/// writes must fit in the pipes: a refusal is a few lines.)
-fn exited_within(mut command: Command, limit: Duration) -> Option<Output> {
-    let mut child = command
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Some(child.wait_with_output().unwrap())
 }

@@ -222,7 +222,12 @@ pub(crate) fn schema() -> SchemaRef {
 }
 
 pub(crate) fn batch(ids: Range<i64>) -> RecordBatch {
-    let names: Vec<String> = ids.clone().map(|i| format!("row-{i}")).collect();
+    batch_named(ids, |i| format!("row-{i}"))
+}
+
+/// Rows `ids` of [`schema`], each named by `name`.
+pub(crate) fn batch_named(ids: Range<i64>, name: impl Fn(i64) -> String) -> RecordBatch {
+    let names: Vec<String> = ids.clone().map(name).collect();
     RecordBatch::try_new(
         schema(),
         vec![
@@ -501,4 +506,27 @@ pub(crate) fn test_certificates(dir: &std::path::Path) {
         "-extfile",
         "ext.cnf",
     ]);
+}
+
+/// `command`'s output if it exits within `limit`; otherwise it is killed and `None`. (What it
+/// writes must fit in the pipes: a refusal is a few lines.)
+pub(crate) fn exited_within(
+    mut command: Command,
+    limit: std::time::Duration,
+) -> Option<std::process::Output> {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Some(child.wait_with_output().unwrap())
 }

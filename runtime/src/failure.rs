@@ -52,6 +52,12 @@ pub(crate) enum Failure {
          LAKE_AUTH=none to serve without authentication"
     )]
     NoAuth,
+    #[error(
+        "lake local would serve {0} without authentication: give --query-token-file and \
+         --metadata-token-file, listen on a loopback address, or set LAKE_AUTH=none to serve \
+         without authentication"
+    )]
+    ExposedWithoutTokens(std::net::SocketAddr),
     #[error("{0} selftest checks failed")]
     Selftest(usize),
     #[error("{} is not a lake data directory (no _lake in it)", .0.display())]

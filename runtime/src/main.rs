@@ -253,6 +253,21 @@ fn main() -> ExitCode {
                 {
                     return Err(Failure::SharedToken);
                 }
+                // Without tokens, only this machine may connect — or the user says otherwise.
+                if tokens.query.is_none()
+                    && let Some(exposed) = [query_addr, metadata_addr]
+                        .into_iter()
+                        .find(|a| !a.ip().is_loopback())
+                {
+                    if std::env::var(lake_common::config::LAKE_AUTH).as_deref() != Ok("none") {
+                        return Err(Failure::ExposedWithoutTokens(exposed));
+                    }
+                    tracing::warn!(
+                        %exposed,
+                        "LAKE_AUTH=none: lake local serves without authentication; any client \
+                         that reaches this address may read and write the lake"
+                    );
+                }
                 // A version removed under a running query breaks it: the grace must outlast the
                 // longest query this lake lets run.
                 let query_timeout = limits.query_timeout;

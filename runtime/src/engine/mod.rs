@@ -491,8 +491,9 @@ impl WriteEngine {
     }
 
     /// Deletes the rows matching `predicate` (a planned expression, see the Flight service's
-    /// `sql::delete`; `None`: every row) in one commit. Finding them — a scan — must end within
-    /// `limit`, or nothing is deleted; the commit itself is never cut short. A commit that
+    /// `sql::delete`; `None`: every row) in one commit. Finding them — a scan, however often it
+    /// is repeated — must end within `limit` of the call, or nothing is deleted; the commit
+    /// itself is never cut short. A commit that
     /// cannot be rebased on one that rewrote the same fragments meanwhile (a compaction by
     /// maintenance) is found again on the new version and committed again.
     pub async fn delete(
@@ -503,12 +504,14 @@ impl WriteEngine {
     ) -> Result<Committed, EngineError> {
         let _guard = self.lock(table).await;
         let predicate = predicate.unwrap_or_else(|| datafusion::logical_expr::lit(true));
+        // One limit for every attempt: a delete that keeps losing to compactions stops too.
+        let deadline = tokio::time::Instant::now() + limit;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let dataset = Arc::new(self.engine.open(table, None).await?);
-            let found = tokio::time::timeout(
-                limit,
+            let found = tokio::time::timeout_at(
+                deadline,
                 DeleteBuilder::from_expr(dataset, predicate.clone()).execute_uncommitted(),
             )
             .await

@@ -68,6 +68,8 @@ impl LakeFlightSql {
                     .await?
             }
         };
+        // A kept plan's functions count their time from this DoGet.
+        super::bounded::rearm(&ctx, deadline.into_std());
         let unbound = plan.get_parameter_fields().map_err(sql::status)?;
         if !unbound.is_empty() {
             let mut names: Vec<&String> = unbound.keys().collect();
@@ -91,18 +93,20 @@ impl LakeFlightSql {
             })
             .await?;
         let target = schema.clone();
+        let budget = self.governor.limits.query_memory;
         let wire = batches
             // The gRPC code of what failed (RESOURCE_EXHAUSTED, …), not INTERNAL.
             .map_err(|e| FlightError::Tonic(Box::new(sql::status(e))))
             .and_then(move |batch| {
-                let target = target.clone();
                 let batch = if explain {
                     redactor.batch(batch)
                 } else {
                     batch
                 };
-                async move { to_wire(batch, &target).map_err(FlightError::from) }
+                futures::future::ready(on_the_wire(batch, &target, budget))
             })
+            .map_ok(|slices| stream::iter(slices.into_iter().map(Ok)))
+            .try_flatten()
             .boxed();
         let wire = match run {
             Some(run) => PlanCache::cancellable(run, wire),
@@ -111,6 +115,44 @@ impl LakeFlightSql {
         let wire = with_deadline(wire, deadline, limit, slot);
         Ok(Response::new(encode(schema, wire)))
     }
+}
+
+/// `batch` as it is sent, in slices (no copies) that each copy at most half the query's
+/// `budget` when encoded and cast to `target`: each column counted on its own, since a batch
+/// whose columns share one large value (`SELECT s AS a, s AS b, …`) held nothing new until it
+/// was encoded. A single row past the budget is refused.
+fn on_the_wire(
+    batch: RecordBatch,
+    target: &SchemaRef,
+    budget: usize,
+) -> Result<Vec<RecordBatch>, FlightError> {
+    let budget = i64::try_from(budget).unwrap_or(i64::MAX);
+    let rows = super::repeat::wire_rows(&batch);
+    let mut slices = Vec::new();
+    let (mut start, mut held) = (0usize, 0i64);
+    for (i, bytes) in rows.iter().copied().enumerate() {
+        if bytes > budget {
+            return Err(FlightError::Tonic(Box::new(Status::resource_exhausted(
+                format!(
+                    "a result row takes {bytes} bytes to send (each column counted); the query \
+                     may hold {} MiB (LAKE_QUERY_MEMORY_LIMIT_MB)",
+                    budget >> 20
+                ),
+            ))));
+        }
+        if i > start && held.saturating_add(bytes) > budget / 2 {
+            slices.push(to_wire(batch.slice(start, i - start), target)?);
+            (start, held) = (i, 0);
+        }
+        held = held.saturating_add(bytes);
+    }
+    if start < batch.num_rows() || slices.is_empty() {
+        slices.push(to_wire(
+            batch.slice(start, batch.num_rows() - start),
+            target,
+        )?);
+    }
+    Ok(slices)
 }
 
 /// `stream`, ended with DEADLINE_EXCEEDED at `deadline` (`limit` after the statement was

@@ -17,6 +17,7 @@ mod limits;
 mod plans;
 mod protocol;
 mod redact;
+mod repeat;
 mod service;
 mod sql;
 mod statement;

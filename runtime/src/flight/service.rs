@@ -116,6 +116,8 @@ impl LakeFlightSql {
             self.engine(),
             self.governor.query_pool(),
             self.governor.disk(),
+            self.governor.deadline().into_std(),
+            self.governor.limits.query_timeout,
         )
         .await
     }

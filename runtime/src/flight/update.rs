@@ -25,6 +25,8 @@ impl LakeFlightSql {
     /// Returns affected rows.
     pub(super) async fn write(&self, ctx: &SessionContext, write: Write) -> Result<i64, Status> {
         self.writer()?;
+        // Once admitted, a write runs to completion: its functions keep no deadline.
+        super::bounded::run_to_completion(ctx);
         let (this, ctx) = (self.clone(), ctx.clone());
         self.to_completion(
             "write",

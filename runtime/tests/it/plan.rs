@@ -116,3 +116,52 @@ fn serve_refuses_to_start_without_authentication() {
         "{stderr}"
     );
 }
+
+/// `lake local` without tokens serves only this machine: an address others can reach needs
+/// tokens, or LAKE_AUTH=none said out loud (and logged).
+#[test]
+fn local_refuses_to_expose_itself_without_tokens() {
+    use std::io::BufRead;
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("lake");
+    let local = |auth: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lake"));
+        cmd.args(["local", "--data"]).arg(&dir).args([
+            "--query-addr",
+            "0.0.0.0:0",
+            "--metadata-addr",
+            "127.0.0.1:0",
+        ]);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("LAKE_")) {
+            cmd.env_remove(k);
+        }
+        if let Some(auth) = auth {
+            cmd.env("LAKE_AUTH", auth);
+        }
+        cmd
+    };
+    let out = exited_within(local(None), Duration::from_secs(30))
+        .expect("it served 0.0.0.0 without authentication (still running after 30 s)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it served without authentication");
+    assert!(
+        stderr.contains("0.0.0.0") && stderr.contains("--query-token-file"),
+        "{stderr}"
+    );
+    assert!(!dir.exists(), "it created the lake before refusing");
+
+    let mut child = local(Some("none"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("lake local: data in"), "{line:?}");
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("without authentication"), "{stderr}");
+}

@@ -106,6 +106,10 @@ fn status_of(e: &DataFusionError) -> Status {
             ))
         }
         DataFusionError::ResourcesExhausted(msg) => Status::resource_exhausted(msg.clone()),
+        // A refusal of our own (a function past the statement's deadline) keeps its code.
+        DataFusionError::External(inner) if inner.downcast_ref::<Status>().is_some() => inner
+            .downcast_ref::<Status>()
+            .map_or_else(|| Status::internal(e.to_string()), Clone::clone),
         other => Status::internal(other.to_string()),
     }
 }

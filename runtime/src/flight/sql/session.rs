@@ -16,6 +16,7 @@ use tonic::Status;
 use super::super::bounded::Budget;
 use super::super::cancel::YieldAboveEveryOperator;
 use super::super::catalog::{CATALOG, LakeCatalog};
+use super::super::repeat::BoundRepetition;
 use super::status;
 use crate::engine::Engine;
 
@@ -46,13 +47,16 @@ impl ObjectStoreRegistry for NoObjectStores {
 }
 
 /// A DataFusion session over `engine`'s warehouse, catalog `lake`: its operators and its
-/// functions draw on `memory` (one statement's pool), its spill files on the endpoint's `disk`.
+/// functions draw on `memory` (one statement's pool), its spill files on the endpoint's `disk`;
+/// its functions stop at `deadline` (`time_limit` after the statement was admitted).
 pub(crate) async fn session(
     engine: &Engine,
     memory: Arc<dyn datafusion::execution::memory_pool::MemoryPool>,
     disk: Arc<DiskManager>,
+    deadline: std::time::Instant,
+    time_limit: std::time::Duration,
 ) -> Result<SessionContext, Status> {
-    let budget = Budget::new(memory.clone());
+    let budget = Budget::new(memory.clone(), deadline, time_limit);
     let config = SessionConfig::new()
         .with_default_catalog_and_schema(CATALOG, "default")
         .with_create_default_catalog_and_schema(false)
@@ -75,6 +79,7 @@ pub(crate) async fn session(
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(BoundRepetition))
         .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator))
         .build();
     let ctx = SessionContext::new_with_state(state);

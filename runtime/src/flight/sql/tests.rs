@@ -201,9 +201,16 @@ async fn every_statement_is_classified_as_what_it_does() {
     );
     let mut wrong = Vec::new();
     for (sql, expect) in CASES {
-        let ctx = super::session(engine.reader(), pool.clone(), disk.clone())
-            .await
-            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let ctx = super::session(
+            engine.reader(),
+            pool.clone(),
+            disk.clone(),
+            deadline,
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
         let outcome = plan(&ctx, sql, None).await;
         let ok = match (&outcome, expect) {
             (Err(status), Expect::Refused(code, text)) => {

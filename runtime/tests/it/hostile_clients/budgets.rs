@@ -87,6 +87,26 @@ fn delete_predicates_are_bounded() {
         "DELETE FROM s.t WHERE levenshtein(repeat(name, 30), repeat(name, 31)) < 0",
         "DeadlineExceeded",
     );
+    // `||` is an operator, not a function: 60 copies of 100 rows of 1 MB, while Lance scans.
+    sql_ok(&meta, "CREATE TABLE s.wide (name VARCHAR)");
+    sql_ok(
+        &meta,
+        "INSERT INTO s.wide SELECT repeat(CAST(value % 10 AS VARCHAR), 1000000) \
+         FROM generate_series(1, 100)",
+    );
+    refused(
+        &mut lake,
+        &meta,
+        &format!(
+            "DELETE FROM s.wide WHERE length({}) = 0",
+            vec!["name"; 60].join(" || ")
+        ),
+        "ResourceExhausted",
+    );
+    assert_eq!(
+        sql_ok(&lake.query, "SELECT count(*) AS n FROM s.wide"),
+        "n\n100\n"
+    );
     refused(
         &mut lake,
         &meta,
@@ -138,7 +158,12 @@ fn no_statement_outgrows_the_query_budget() {
         // A fixed-size type of 2^31 elements a row.
         "SELECT arrow_cast(make_array(value), 'FixedSizeList(2147483647, Int64)') \
          FROM generate_series(1, 10)",
-    ] {
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain(beyond_functions())
+    {
+        let sql = sql.as_str();
         let stderr = refused(&mut lake, &query, sql, "ResourceExhausted");
         assert!(
             stderr.contains("LAKE_QUERY_MEMORY_LIMIT_MB") || stderr.contains("per value"),
@@ -175,6 +200,105 @@ fn no_statement_outgrows_the_query_budget() {
         "n,c,l\n3889,100000,1001\n"
     );
     assert_within_memory(&lake);
+}
+
+/// Work that never yields — constants folded while planning, one function over a batch —
+/// outlived the endpoint's timer: each function call checks the statement's deadline first, and
+/// an edit distance is refused above its steps' bound. The worker is free again soon after the
+/// deadline, not after the whole fold.
+#[test]
+fn functions_stop_at_the_statement_deadline() {
+    let mut lake = limited(&["--query-timeout-seconds", "2"]);
+    let query = lake.query.clone();
+    let stderr = refused(
+        &mut lake,
+        &query,
+        "SELECT levenshtein(repeat('a', 1000000), repeat('b', 1000000))",
+        "ResourceExhausted",
+    );
+    assert!(stderr.contains("steps"), "{stderr}");
+    // 40 edit distances of 10^8 steps each, all folded while the statement is planned.
+    let sum = (0..40)
+        .map(|i| {
+            format!(
+                "levenshtein(repeat('a', {}), repeat('b', 10000))",
+                10000 + i
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let stderr = refused(
+        &mut lake,
+        &query,
+        &format!("SELECT {sum}"),
+        "DeadlineExceeded",
+    );
+    assert!(stderr.contains("LAKE_QUERY_TIMEOUT_SECONDS"), "{stderr}");
+    assert_within_memory(&lake);
+}
+
+/// A row of 1 MB, from a column (not a constant the planner folds).
+const WIDE_ROW: &str =
+    "SELECT repeat(CAST(value AS VARCHAR), 1000000) AS s, value FROM generate_series(1, 1)";
+
+/// Two rows of 100 MB and 50 MB.
+const TWO_ROWS: &str = "SELECT value, repeat('x', CAST(100000000 / value AS BIGINT)) AS s \
+                        FROM generate_series(1, 2)";
+
+/// Statements whose memory is taken by operators, not functions: `||`, joins, UNNEST and
+/// window functions copy values no function call counted.
+fn beyond_functions() -> Vec<String> {
+    vec![
+        // `||` on a column: 60 copies of a 100 MB value (the operator was evaluated outside
+        // every count).
+        format!(
+            "SELECT length({}) FROM (SELECT arrow_cast(repeat(CAST(value AS VARCHAR), \
+             100000000), 'LargeUtf8') AS s FROM generate_series(1, 1))",
+            vec!["s"; 60].join(" || ")
+        ),
+        // Capture groups each copy what they match: 60 of a 100 MB match.
+        format!(
+            "SELECT cardinality(regexp_match(s, '{}x*{}')) FROM (SELECT \
+             repeat(chr(CAST(119 + value AS INT)), 100000000) AS s FROM generate_series(1, 1))",
+            "(".repeat(60),
+            ")".repeat(60)
+        ),
+        // A join repeats a 1 MB row into each row of a batch of 8,192: 8 GB.
+        format!("SELECT length(w.s) FROM ({WIDE_ROW}) w CROSS JOIN generate_series(1, 10000)"),
+        format!(
+            "SELECT length(w.s) FROM ({WIDE_ROW}) w JOIN generate_series(1, 10000) g \
+             ON g.value >= w.value"
+        ),
+        // UNNEST repeats the row's other columns once per element: 10 GB.
+        format!("SELECT length(s) FROM (SELECT s, unnest(range(10000)) FROM ({WIDE_ROW}))"),
+        // A window function copies the first row's 100 MB into each of 10,000 rows.
+        String::from(
+            "SELECT length(first_value(s) OVER (ORDER BY value)) FROM (SELECT value, \
+         repeat(CAST(value AS VARCHAR), CAST(100000000 / (value * value) AS BIGINT)) AS s \
+         FROM generate_series(1, 10000))",
+        ),
+        // Copies that multiply nothing, 70 of a 100 MB value side by side in one batch: CASE (an
+        // expression) and a function that returns about what it is given.
+        format!(
+            "SELECT {} FROM ({TWO_ROWS})",
+            (1..=70)
+                .map(|i| format!("CASE WHEN value * {i} = {i} THEN s END AS c{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        format!(
+            "SELECT {} FROM ({TWO_ROWS})",
+            (1..=70)
+                .map(|i| format!("ltrim(s, 'a{i}') AS c{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        // A running array_agg holds every row before it: 200,000 rows, 160 GB.
+        String::from(
+            "SELECT sum(cardinality(a)) FROM (SELECT array_agg(value) OVER (ORDER BY value) AS a \
+         FROM generate_series(1, 200000))",
+        ),
+    ]
 }
 
 /// Spill files of every statement of an endpoint count against one disk budget, in the spill

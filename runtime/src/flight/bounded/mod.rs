@@ -20,6 +20,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arrow::array::{Array, ArrayRef, Int64Array};
 use arrow::buffer::Buffer;
@@ -31,12 +32,20 @@ use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool
 use datafusion::logical_expr::expr::{Cast, ScalarFunction, TryCast};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
-    ColumnarValue, Documentation, Expr, LogicalPlan, Operator, ReturnFieldArgs, ScalarFunctionArgs,
-    ScalarUDF, ScalarUDFImpl, Signature,
+    BinaryExpr, ColumnarValue, Documentation, Expr, LogicalPlan, Operator, ReturnFieldArgs,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
 };
 use datafusion::optimizer::analyzer::AnalyzerRule;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::prelude::SessionContext;
+
+use claim::CaseResult;
+use concat::ConcatOperator;
+use deadline::Deadline;
+
+mod claim;
+mod concat;
+mod deadline;
 
 /// The largest value one call may produce, whatever the budget.
 pub(super) const MAX_VALUE_BYTES: i64 = 256 * 1024 * 1024;
@@ -68,15 +77,24 @@ pub(super) struct Budget {
     pool: Arc<dyn MemoryPool>,
     /// Large scalar results (constants folded while planning), held until the statement ends.
     held: Arc<Mutex<datafusion::execution::memory_pool::MemoryReservation>>,
+    deadline: Arc<Deadline>,
 }
 
 impl Budget {
-    pub(super) fn new(pool: Arc<dyn MemoryPool>) -> Self {
+    /// The budget of a statement that may hold what `pool` allows and must be done by
+    /// `deadline` (its `limit` after it was admitted).
+    pub(super) fn new(pool: Arc<dyn MemoryPool>, deadline: Instant, limit: Duration) -> Self {
         let held = MemoryConsumer::new("lake: scalars").register(&pool);
         Self {
             pool,
             held: Arc::new(Mutex::new(held)),
+            deadline: Arc::new(Deadline::new(deadline, limit)),
         }
+    }
+
+    /// The statement runs again from now (a kept plan redeemed): its time counts to `deadline`.
+    pub(super) fn rearm(&self, deadline: Instant) {
+        self.deadline.rearm(deadline);
     }
 
     fn limit(&self) -> usize {
@@ -101,9 +119,10 @@ impl Budget {
             String::new()
         };
         DataFusionError::ResourcesExhausted(format!(
-            "{function}() would produce {bytes} bytes{counted}; the query holds {} of its {} MiB \
+            "{} would produce {bytes} bytes{counted}; the query holds {} of its {} MiB \
              (LAKE_QUERY_MEMORY_LIMIT_MB) and at most {MAX_VALUE_BYTES} bytes per value are \
              allowed",
+            shown(function),
             self.pool.reserved(),
             self.limit() / MIB
         ))
@@ -152,10 +171,30 @@ impl Budget {
                     .map_err(|_| self.refused_as(function, size, SCALAR_COPIES))?;
             }
         }
-        // An array's buffers are claimed without a check: the query's operators that can spill
-        // (sort, aggregate) see them on their next reservation and spill, and the next
-        // multiplying call is refused.
+        // An array's buffers are claimed without a check against the budget itself: operators
+        // that can spill (sort, aggregate) reserve the batches holding them too, and spill when
+        // they see the claims. So the pool may hold up to twice the budget for one statement's
+        // data; past that, the results no operator holds are what outgrew it.
+        let held = self.pool.reserved();
+        if held > self.limit().saturating_mul(2) {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "the values {} made leave the query holding {held} bytes, more than twice its {} \
+                 MiB (LAKE_QUERY_MEMORY_LIMIT_MB)",
+                shown(function),
+                self.limit() / MIB
+            )));
+        }
         Ok(())
+    }
+}
+
+/// How a call of `function` reads in a refusal: an operator as itself (`||`), a CASE as one, a
+/// function with its parentheses.
+fn shown(function: &str) -> String {
+    match function {
+        concat::NAME => function.to_owned(),
+        claim::NAME => "a CASE".to_owned(),
+        _ => format!("{function}()"),
     }
 }
 
@@ -252,6 +291,9 @@ enum Growth {
     /// `regexp_replace(s, pattern, replacement …)`: every position may become the replacement
     /// (and its group references copy parts of what matched).
     RegexpReplace,
+    /// `regexp_match(s, pattern [, flags])`: each capture group (and the whole match) may copy
+    /// all of `s`.
+    RegexpMatch,
     /// `array_to_string(a, delimiter [, null])`: every element as text, each with a delimiter.
     ArrayToString,
     /// `array_replace*(a, from, to …)`: every element of `a` may become `to`.
@@ -270,9 +312,11 @@ enum Growth {
     Copies(i64),
     /// [`Expand`]: its argument, once per row.
     Expand,
+    /// [`CaseResult`]: what its argument (a CASE) built, claimed after it ran.
+    Claim,
 }
 
-const GROWTH: [(&str, Growth); 30] = [
+const GROWTH: [(&str, Growth); 31] = [
     ("repeat", Growth::Repeat),
     ("lpad", Growth::Pad),
     ("rpad", Growth::Pad),
@@ -280,6 +324,7 @@ const GROWTH: [(&str, Growth); 30] = [
     ("array_resize", Growth::ArrayResize),
     ("replace", Growth::Replace),
     ("regexp_replace", Growth::RegexpReplace),
+    ("regexp_match", Growth::RegexpMatch),
     ("array_to_string", Growth::ArrayToString),
     ("array_replace", Growth::ArrayReplace),
     ("array_replace_n", Growth::ArrayReplace),
@@ -310,10 +355,31 @@ fn growth_of(udf: &ScalarUDF) -> Option<Growth> {
     if udf.inner().is::<Expand>() {
         return Some(Growth::Expand);
     }
+    if udf.inner().is::<ConcatOperator>() {
+        return Some(Growth::Copies(1));
+    }
+    if udf.inner().is::<CaseResult>() {
+        return Some(Growth::Claim);
+    }
     GROWTH
         .iter()
         .find(|(name, _)| udf.name() == *name || udf.aliases().iter().any(|a| a == name))
         .map(|(_, growth)| *growth)
+}
+
+/// The statement of `ctx` runs again from now: its functions' time counts to `deadline`.
+pub(super) fn rearm(ctx: &SessionContext, deadline: Instant) {
+    if let Some(budget) = ctx.state().config().get_extension::<Budget>() {
+        budget.rearm(deadline);
+    }
+}
+
+/// The statement of `ctx` is a write, admitted: it runs to completion, its functions with no
+/// deadline (a DELETE's search keeps its own).
+pub(super) fn run_to_completion(ctx: &SessionContext) {
+    if let Some(budget) = ctx.state().config().get_extension::<Budget>() {
+        budget.deadline.lift();
+    }
 }
 
 /// Wraps every scalar function of `ctx` to count against `budget`, and adds the rules that wrap
@@ -339,7 +405,7 @@ fn counted(inner: Arc<ScalarUDF>, budget: &Budget) -> ScalarUDF {
     })
 }
 
-/// `expr` with every function call counted against `budget`.
+/// `expr` with every function call, and the `||` operator, counted against `budget`.
 pub(super) fn count_calls(expr: Expr, budget: &Budget) -> Result<Transformed<Expr>> {
     expr.transform_up(|e| match e {
         Expr::ScalarFunction(f) if !f.func.inner().is::<Counted>() => {
@@ -347,8 +413,46 @@ pub(super) fn count_calls(expr: Expr, budget: &Budget) -> Result<Transformed<Exp
                 ScalarFunction::new_udf(Arc::new(counted(f.func, budget)), f.args),
             )))
         }
+        // A CASE already wrapped (the rules run more than once) is wrapped once.
+        Expr::ScalarFunction(f)
+            if is_case_result(&f)
+                && f.args
+                    .first()
+                    .is_some_and(|a| matches!(a, Expr::ScalarFunction(g) if is_case_result(g))) =>
+        {
+            Ok(Transformed::yes(
+                f.args
+                    .into_iter()
+                    .next()
+                    .unwrap_or(Expr::Literal(ScalarValue::Null, None)),
+            ))
+        }
+        Expr::Case(case) => {
+            let claim = Arc::new(ScalarUDF::new_from_impl(CaseResult::new()));
+            Ok(Transformed::yes(Expr::ScalarFunction(
+                ScalarFunction::new_udf(Arc::new(counted(claim, budget)), vec![Expr::Case(case)]),
+            )))
+        }
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::StringConcat,
+            right,
+        }) => {
+            let operator = Arc::new(ScalarUDF::new_from_impl(ConcatOperator::new()));
+            Ok(Transformed::yes(Expr::ScalarFunction(
+                ScalarFunction::new_udf(Arc::new(counted(operator, budget)), vec![*left, *right]),
+            )))
+        }
         other => Ok(Transformed::no(other)),
     })
+}
+
+/// Whether `f` is the counted [`CaseResult`] around a CASE.
+fn is_case_result(f: &ScalarFunction) -> bool {
+    f.func
+        .inner()
+        .downcast_ref::<Counted>()
+        .is_some_and(|c| c.growth == Some(Growth::Claim))
 }
 
 fn count_plan(plan: LogicalPlan, budget: &Budget) -> Result<Transformed<LogicalPlan>> {
@@ -431,9 +535,9 @@ fn expand_projected_constant(
     })
 }
 
-/// Large constants where an expression copies them once per row: an operand of `||`, what a
-/// CASE returns, an aggregate's or a window function's argument. (Comparisons, IN lists and
-/// LIKE patterns keep theirs as one value.)
+/// Large constants where an expression copies them once per row: what a CASE returns, an
+/// aggregate's or a window function's argument. (Comparisons, IN lists and LIKE patterns keep
+/// theirs as one value; `||` is a counted call, see [`concat`].)
 fn expand_copied_constants(expr: Expr, large: usize, budget: &Budget) -> Result<Transformed<Expr>> {
     let wrap = |e: Box<Expr>, changed: &mut bool| -> Box<Expr> {
         if is_large(&e, large) {
@@ -451,11 +555,6 @@ fn expand_copied_constants(expr: Expr, large: usize, budget: &Budget) -> Result<
     expr.transform_up(|e| {
         let mut changed = false;
         let e = match e {
-            Expr::BinaryExpr(mut b) if b.op == Operator::StringConcat => {
-                b.left = wrap(b.left, &mut changed);
-                b.right = wrap(b.right, &mut changed);
-                Expr::BinaryExpr(b)
-            }
             Expr::Case(mut c) => {
                 c.when_then_expr = c
                     .when_then_expr
@@ -625,6 +724,43 @@ fn ints(value: &ColumnarValue) -> Result<PerRow> {
             Ok(ints) => PerRow::Each(ints),
             Err(_) => PerRow::Same(None),
         },
+    })
+}
+
+/// The steps of an edit distance over each row's two strings, all rows together.
+fn steps(args: &ScalarFunctionArgs) -> Result<i64> {
+    let (Some(a), Some(b)) = (args.args.first(), args.args.get(1)) else {
+        return Ok(0);
+    };
+    let (a, b) = (sizes(a)?, sizes(b)?);
+    let rows = args.number_rows.max(1);
+    Ok((0..rows)
+        .map(|row| {
+            let at = |p: &PerRow| p.at(row).unwrap_or(0).max(0);
+            at(&a).saturating_mul(at(&b))
+        })
+        .fold(0i64, i64::saturating_add))
+}
+
+/// How many strings a match of each row's pattern may return: one per opening parenthesis (an
+/// upper bound on its capture groups), or one for the whole match.
+fn groups(pattern: &ColumnarValue) -> Result<PerRow> {
+    let count = |p: &str| (p.matches('(').count() as i64).max(1);
+    Ok(match pattern {
+        ColumnarValue::Scalar(s) => match s.cast_to(&DataType::Utf8) {
+            Ok(ScalarValue::Utf8(Some(p))) => PerRow::Same(Some(count(&p))),
+            _ => PerRow::Same(None),
+        },
+        ColumnarValue::Array(a) => {
+            let text = arrow::compute::cast(a, &DataType::Utf8)?;
+            let text = text
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .ok_or_else(|| {
+                    DataFusionError::Internal("cast to Utf8 gave another type".into())
+                })?;
+            PerRow::Each(text.iter().map(|p| p.map(count)).collect())
+        }
     })
 }
 
@@ -873,6 +1009,7 @@ impl Counted {
             return Ok((total >= RESERVED_COPY_BYTES).then_some(total));
         };
         let modelled = match growth {
+            Growth::Claim => return Ok(None),
             Growth::Expand => arg(0)
                 .map(total_size)
                 .unwrap_or(0)
@@ -933,6 +1070,8 @@ impl Counted {
             Some(Growth::RegexpReplace) => {
                 (at(0) + 1).saturating_mul(at(2).max(1)).saturating_mul(2)
             }
+            // Each group is a string of at most `s` with its offset.
+            Some(Growth::RegexpMatch) => (at(0) + 8).saturating_mul(at(1).max(1)),
             Some(growth @ (Growth::Range | Growth::Series)) => {
                 let inclusive = growth == Growth::Series;
                 // (start, stop, step); `range(stop)` starts at 0, the step defaults to 1.
@@ -965,6 +1104,10 @@ impl Counted {
                 none(),
                 int_of(1)?.unwrap_or_else(none),
                 size_of(2)?.unwrap_or(PerRow::Same(Some(8))),
+            ],
+            Some(Growth::RegexpMatch) => vec![
+                size_of(0)?.unwrap_or_else(none),
+                arg(1).map(groups).transpose()?.unwrap_or_else(none),
             ],
             Some(Growth::Replace | Growth::RegexpReplace) => vec![
                 size_of(0)?.unwrap_or_else(none),
@@ -1025,7 +1168,16 @@ impl ScalarUDFImpl for Counted {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let name = self.inner.name();
-        let inputs = argument_buffers(&args.args);
+        self.budget.deadline.check(name)?;
+        if name == "levenshtein" {
+            deadline::check_steps(name, steps(&args)?)?;
+        }
+        // A CASE's result is what the CASE built: claimed whole.
+        let inputs = if self.growth == Some(Growth::Claim) {
+            HashSet::new()
+        } else {
+            argument_buffers(&args.args)
+        };
         // A call of scalars makes a scalar: its working copies count too (see SCALAR_COPIES).
         let scalar = args
             .args

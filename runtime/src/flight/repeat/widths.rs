@@ -1,0 +1,196 @@
+//! What each row of a batch takes, in bytes: the measure of what an operator that repeats rows
+//! would copy.
+
+use arrow::array::{Array, AsArray, OffsetSizeTrait};
+use arrow::datatypes::DataType;
+
+/// Each row's bytes across `columns` (all of the same length).
+pub(super) fn row_bytes<'a>(
+    columns: impl IntoIterator<Item = &'a dyn Array>,
+    rows: usize,
+) -> Vec<i64> {
+    let mut each = vec![0i64; rows];
+    for column in columns {
+        add(column, &mut each);
+    }
+    each
+}
+
+/// Adds what each row of `array` takes to `rows` (`rows.len() == array.len()`).
+fn add(array: &dyn Array, rows: &mut [i64]) {
+    let mut each = |f: &mut dyn FnMut(usize) -> i64| {
+        for (i, row) in rows.iter_mut().enumerate() {
+            *row = row.saturating_add(f(i));
+        }
+    };
+    match array.data_type() {
+        DataType::Null => {}
+        DataType::Boolean => each(&mut |_| 1),
+        DataType::Utf8 => offsets(array.as_string::<i32>().value_offsets(), rows),
+        DataType::LargeUtf8 => offsets(array.as_string::<i64>().value_offsets(), rows),
+        DataType::Binary => offsets(array.as_binary::<i32>().value_offsets(), rows),
+        DataType::LargeBinary => offsets(array.as_binary::<i64>().value_offsets(), rows),
+        DataType::Utf8View => {
+            let views = array.as_string_view();
+            each(&mut |i| 16 + views.value(i).len() as i64)
+        }
+        DataType::BinaryView => {
+            let views = array.as_binary_view();
+            each(&mut |i| 16 + views.value(i).len() as i64)
+        }
+        DataType::List(_) => {
+            let list = array.as_list::<i32>();
+            nested(list.value_offsets(), list.values().as_ref(), rows)
+        }
+        DataType::LargeList(_) => {
+            let list = array.as_list::<i64>();
+            nested(list.value_offsets(), list.values().as_ref(), rows)
+        }
+        DataType::Map(..) => {
+            let map = array.as_map();
+            let entries: &dyn Array = map.entries();
+            nested(map.value_offsets(), entries, rows)
+        }
+        DataType::FixedSizeList(_, n) => {
+            let list = array.as_fixed_size_list();
+            let values = list.values();
+            let n = usize::try_from(*n).unwrap_or(0);
+            let mut children = vec![0i64; values.len()];
+            add(values.as_ref(), &mut children);
+            let start = list.offset() * n;
+            each(&mut |i| {
+                let from = (start + i * n).min(children.len());
+                let to = (from + n).min(children.len());
+                children[from..to].iter().sum()
+            })
+        }
+        DataType::Struct(_) => {
+            for child in array.as_struct().columns() {
+                add(child.as_ref(), rows);
+            }
+        }
+        DataType::Dictionary(..) => {
+            let dictionary = array.as_any_dictionary();
+            let values = dictionary.values();
+            let mut of_value = vec![0i64; values.len()];
+            add(values.as_ref(), &mut of_value);
+            let key = dictionary.keys().data_type().primitive_width().unwrap_or(8) as i64;
+            if values.is_empty() {
+                each(&mut |_| key)
+            } else {
+                let keys = dictionary.normalized_keys();
+                each(&mut |i| key.saturating_add(of_value[keys[i]]))
+            }
+        }
+        t => match t.primitive_width() {
+            Some(width) => each(&mut |_| width as i64),
+            // Anything else (unions, run-end encoded arrays): its rows share its memory evenly.
+            None => {
+                let share = (array.get_array_memory_size() / array.len().max(1)) as i64;
+                each(&mut |_| share)
+            }
+        },
+    }
+}
+
+/// A variable-size value's bytes from its offsets, with its offset.
+fn offsets<O: OffsetSizeTrait>(offsets: &[O], rows: &mut [i64]) {
+    let width = std::mem::size_of::<O>() as i64;
+    for (row, pair) in rows.iter_mut().zip(offsets.windows(2)) {
+        let length = (pair[1] - pair[0]).as_usize() as i64;
+        *row = row.saturating_add(length + width);
+    }
+}
+
+/// A list's rows: the bytes of the elements each holds, with its offset.
+fn nested<O: OffsetSizeTrait>(offsets: &[O], values: &dyn Array, rows: &mut [i64]) {
+    let mut elements = vec![0i64; values.len()];
+    add(values, &mut elements);
+    let width = std::mem::size_of::<O>() as i64;
+    for (row, pair) in rows.iter_mut().zip(offsets.windows(2)) {
+        let (from, to) = (pair[0].as_usize(), pair[1].as_usize());
+        let held: i64 = elements
+            .get(from..to.min(elements.len()))
+            .map_or(0, |e| e.iter().sum());
+        *row = row.saturating_add(held + width);
+    }
+}
+
+/// How many rows each row of list column `array` unnests to, `depth` levels down (an empty or
+/// NULL list: none).
+pub(super) fn unnested_rows(array: &dyn Array, depth: usize, rows: &mut [i64]) {
+    fn count<O: OffsetSizeTrait>(offsets: &[O], values: &dyn Array, depth: usize) -> Vec<i64> {
+        let inner = (depth > 1).then(|| {
+            let mut inner = vec![0i64; values.len()];
+            unnested_rows(values, depth - 1, &mut inner);
+            inner
+        });
+        offsets
+            .windows(2)
+            .map(|pair| {
+                let (from, to) = (pair[0].as_usize(), pair[1].as_usize());
+                match &inner {
+                    Some(inner) => inner.get(from..to).map_or(0, |e| e.iter().sum()),
+                    None => (to - from) as i64,
+                }
+            })
+            .collect()
+    }
+    let counts = match array.data_type() {
+        DataType::List(_) => {
+            let list = array.as_list::<i32>();
+            count(list.value_offsets(), list.values().as_ref(), depth)
+        }
+        DataType::LargeList(_) => {
+            let list = array.as_list::<i64>();
+            count(list.value_offsets(), list.values().as_ref(), depth)
+        }
+        DataType::FixedSizeList(_, n) => vec![i64::from(*n); array.len()],
+        _ => vec![1; array.len()],
+    };
+    for (row, n) in rows.iter_mut().zip(counts) {
+        *row = (*row).max(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array, ListArray, StringArray};
+    use arrow::datatypes::Int64Type;
+
+    use super::*;
+
+    #[test]
+    fn rows_are_measured_one_by_one() {
+        let text: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), None, Some("abcdef")]));
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
+        let lists: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(2)]),
+            None,
+            Some(vec![]),
+        ]));
+        let each = row_bytes([text.as_ref(), ints.as_ref(), lists.as_ref()], 3);
+        // text + offset, 8, elements + offset
+        assert_eq!(
+            each,
+            vec![(1 + 4) + 8 + (16 + 4), 4 + 8 + 4, (6 + 4) + 8 + 4]
+        );
+        // A slice measures its own rows.
+        let sliced = text.slice(2, 1);
+        assert_eq!(row_bytes([sliced.as_ref()], 1), vec![10]);
+    }
+
+    #[test]
+    fn unnested_rows_count_elements_per_level() {
+        let lists: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(2), Some(3)]),
+            None,
+            Some(vec![Some(4)]),
+        ]));
+        let mut rows = vec![0; 3];
+        unnested_rows(lists.as_ref(), 1, &mut rows);
+        assert_eq!(rows, vec![3, 0, 1]);
+    }
+}

@@ -85,7 +85,7 @@ impl FlightSqlService for LakeFlightSql {
         command: CommandStatementUpdate,
         _request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        self.update(&command.query).await
+        self.update(command.query).await
     }
 
     async fn do_put_statement_ingest(

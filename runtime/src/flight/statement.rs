@@ -41,21 +41,31 @@ impl LakeFlightSql {
         handle: Handle,
         descriptor: FlightDescriptor,
     ) -> Result<FlightInfo, Status> {
-        let ctx = self.session().await?;
         let (sql, params) = handle.clone().statement()?;
-        let planned = self
-            .governor
-            .governed(sql::plan(&ctx, &sql, params))
-            .await?;
-        let (schema, handle) = match planned {
-            Planned::Read(plan) => {
-                let schema = wire_schema(plan.schema().as_arrow());
-                let id = self.plans.put(ctx.clone(), plan);
-                let statement = Box::new(handle);
-                (schema, Handle::Planned { id, statement })
-            }
-            Planned::Write(write) => (rows_schema(), Handle::Done(self.write(&ctx, write).await?)),
-        };
+        // Planned in a task of its own: a write the client sent is done, whenever it gives up.
+        let this = self.clone();
+        let (schema, handle) = super::update::detached(
+            "statement",
+            Box::pin(async move {
+                let ctx = this.session().await?;
+                let planned = this
+                    .governor
+                    .governed(sql::plan(&ctx, &sql, params))
+                    .await?;
+                Ok(match planned {
+                    Planned::Read(plan) => {
+                        let schema = wire_schema(plan.schema().as_arrow());
+                        let id = this.plans.put(ctx.clone(), plan);
+                        let statement = Box::new(handle);
+                        (schema, Handle::Planned { id, statement })
+                    }
+                    Planned::Write(write) => {
+                        (rows_schema(), Handle::Done(this.write(&ctx, write).await?))
+                    }
+                })
+            }),
+        )
+        .await?;
         let ticket = TicketStatementQuery {
             statement_handle: self.handles.encode(&handle).into(),
         };

@@ -6,6 +6,7 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::sql::server::PeekableFlightDataStream;
 use arrow_flight::sql::{CommandPreparedStatementUpdate, CommandStatementIngest};
 use datafusion::prelude::SessionContext;
+use futures::future::BoxFuture;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use tonic::Status;
 
@@ -39,16 +40,18 @@ impl LakeFlightSql {
     /// its running statements too, and once admitted a write runs to completion.
     async fn to_completion(
         &self,
-        what: &str,
-        work: futures::future::BoxFuture<'static, Result<i64, Status>>,
+        what: &'static str,
+        work: BoxFuture<'static, Result<i64, Status>>,
     ) -> Result<i64, Status> {
         let slot = self.governor.admit()?;
-        tokio::spawn(async move {
-            let _slot = slot;
-            work.await
-        })
+        detached(
+            what,
+            Box::pin(async move {
+                let _slot = slot;
+                work.await
+            }),
+        )
         .await
-        .map_err(|e| Status::internal(format!("the {what} failed inside the server: {e}")))?
     }
 
     /// One planned write, committed by the write module.
@@ -96,19 +99,31 @@ impl LakeFlightSql {
         rows.map(|rows| rows as i64).map_err(status::write)
     }
 
-    /// A SQL update (CommandStatementUpdate): a write, never a query.
-    pub(super) async fn update(&self, query: &str) -> Result<i64, Status> {
+    /// A SQL update (CommandStatementUpdate): a write, never a query. Planned and run in a task
+    /// of its own (see [`detached`]).
+    pub(super) async fn update(&self, query: String) -> Result<i64, Status> {
         self.writer()?;
-        let ctx = self.session().await?;
-        match self.governor.governed(sql::plan(&ctx, query, None)).await? {
-            Planned::Write(write) => self.write(&ctx, write).await,
-            Planned::Read(_) => Err(not_an_update()),
-        }
+        let this = self.clone();
+        detached(
+            "update",
+            Box::pin(async move {
+                let ctx = this.session().await?;
+                match this
+                    .governor
+                    .governed(sql::plan(&ctx, &query, None))
+                    .await?
+                {
+                    Planned::Write(write) => this.write(&ctx, write).await,
+                    Planned::Read(_) => Err(not_an_update()),
+                }
+            }),
+        )
+        .await
     }
 
     /// A prepared update: its statement with no values, one row or many. Every row of an
     /// `INSERT` is one write, one commit — what JDBC's `executeBatch` and ADBC's `executemany`
-    /// send as one DoPut.
+    /// send as one DoPut. Once its rows are read, planned and run in a task of its own.
     pub(super) async fn prepared_update(
         &self,
         command: CommandPreparedStatementUpdate,
@@ -121,22 +136,29 @@ impl LakeFlightSql {
             .handles
             .decode(&command.prepared_statement_handle)?
             .statement()?;
-        let ctx = self.session().await?;
-        // Rows sent with the update are the ones to write; a handle's own row (bound by an
-        // earlier DoPut, as ADBC does before `executemany`) counts only when none are sent.
-        let planned = if rows.is_empty() {
-            self.governor
-                .governed(sql::plan(&ctx, &sql, params))
-                .await?
-        } else {
-            self.governor
-                .governed(sql::plan_rows(&ctx, &sql, rows))
-                .await?
-        };
-        match planned {
-            Planned::Write(write) => self.write(&ctx, write).await,
-            Planned::Read(_) => Err(not_an_update()),
-        }
+        let this = self.clone();
+        detached(
+            "update",
+            Box::pin(async move {
+                let ctx = this.session().await?;
+                // Rows sent with the update are the ones to write; a handle's own row (bound by an
+                // earlier DoPut, as ADBC does before `executemany`) counts only when none are sent.
+                let planned = if rows.is_empty() {
+                    this.governor
+                        .governed(sql::plan(&ctx, &sql, params))
+                        .await?
+                } else {
+                    this.governor
+                        .governed(sql::plan_rows(&ctx, &sql, rows))
+                        .await?
+                };
+                match planned {
+                    Planned::Write(write) => this.write(&ctx, write).await,
+                    Planned::Read(_) => Err(not_an_update()),
+                }
+            }),
+        )
+        .await
     }
 
     /// Bulk ingest (ADBC `adbc_ingest`). Refused before a byte of data is read on the query
@@ -192,6 +214,19 @@ impl LakeFlightSql {
             .map(|rows| rows as i64)
             .map_err(status::write)
     }
+}
+
+/// Runs a statement the client sent to its end in a task of its own. A client that gives up (its
+/// deadline, a disconnect) drops the call's future; were the statement planned in that future,
+/// whether a write the client sent happens would depend on how far planning had got by then.
+/// Planning is bounded by the endpoint's slots and time limit either way.
+pub(super) async fn detached<T: Send + 'static>(
+    what: &'static str,
+    work: BoxFuture<'static, Result<T, Status>>,
+) -> Result<T, Status> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| Status::internal(format!("the {what} failed inside the server: {e}")))?
 }
 
 /// The table and mode an ingest command names, each checked.

@@ -114,11 +114,79 @@ pub async fn issued(
                 .ok()
                 .map(|s| s.saturating_add(LEGACY_VALIDITY.as_secs()))
         });
+        let newest_ca = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get(CA_KEY))
+            .and_then(|bundle| ca_expiry(bundle));
         Issued {
             generation: annotation(GENERATION).parse().unwrap_or(0),
-            expires: annotation(EXPIRES).parse().ok().or(legacy),
+            expires: expiry(annotation(EXPIRES).parse().ok(), newest_ca, legacy),
         }
     }))
+}
+
+/// When the published generation's certificates expire. Anyone who may edit the ConfigMap can
+/// write its annotation, so the annotation may bring renewal forward (`0` rotates at once) but
+/// never past what the newest CA's certificate says: the serving certificates were issued with
+/// it, for as long.
+fn expiry(annotation: Option<u64>, newest_ca: Option<u64>, legacy: Option<u64>) -> Option<u64> {
+    match (annotation, newest_ca) {
+        (Some(a), Some(c)) => Some(a.min(c)),
+        (Some(a), None) => Some(a),
+        (None, Some(c)) => Some(c),
+        (None, None) => legacy,
+    }
+}
+
+/// The `notAfter` (seconds since the epoch) of the first certificate of a PEM bundle, if it
+/// parses as one.
+fn ca_expiry(bundle: &str) -> Option<u64> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let first = CertificateDer::pem_slice_iter(bundle.as_bytes())
+        .next()?
+        .ok()?;
+    not_after(&first)
+}
+
+/// A DER certificate's `notAfter`: `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE {
+/// [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE { notBefore,
+/// notAfter }, … }, signatureAlgorithm, signatureValue }` (RFC 5280).
+fn not_after(der: &[u8]) -> Option<u64> {
+    use yasna::Tag;
+    let seconds = yasna::parse_der(der, |r| {
+        r.read_sequence(|r| {
+            let not_after = r.next().read_sequence(|r| {
+                r.read_optional(|r| r.read_tagged(Tag::context(0), |r| r.read_der()))?;
+                for _serial_signature_issuer in 0..3 {
+                    r.next().read_der()?;
+                }
+                let not_after = r.next().read_sequence(|r| {
+                    r.next().read_der()?;
+                    let time = r.next().read_tagged_der()?;
+                    let parsed = match time.tag() {
+                        yasna::tags::TAG_UTCTIME => yasna::models::UTCTime::parse(time.value())
+                            .map(|t| t.datetime().unix_timestamp()),
+                        yasna::tags::TAG_GENERALIZEDTIME => {
+                            yasna::models::GeneralizedTime::parse(time.value())
+                                .map(|t| t.datetime().unix_timestamp())
+                        }
+                        _ => None,
+                    };
+                    parsed.ok_or_else(|| yasna::ASN1Error::new(yasna::ASN1ErrorKind::Invalid))
+                })?;
+                // subject, subjectPublicKeyInfo, the optional unique ids and extensions.
+                while r.read_optional(|r| r.read_der())?.is_some() {}
+                Ok(not_after)
+            })?;
+            r.next().read_der()?;
+            r.next().read_der()?;
+            Ok(not_after)
+        })
+    })
+    .ok()?;
+    u64::try_from(seconds).ok()
 }
 
 /// The CA certificate (PEM) and the Secret's data: every role's certificate and key, and the CA.
@@ -312,6 +380,34 @@ mod tests {
         // Two issues draw two CAs: nothing is derived from anything stored.
         let (other, _) = issue(&plan, "ns/dev").unwrap();
         assert_ne!(ca, other);
+    }
+
+    #[test]
+    fn the_newest_ca_bounds_when_renewal_is_due() {
+        let plan = TlsPlan {
+            generation: 0,
+            secret: Default::default(),
+            ca_config_map: Default::default(),
+            certs: vec![("query".into(), vec!["q".into()])],
+        };
+        let (ca, data) = issue(&plan, "ns/dev").unwrap();
+        let expires = ca_expiry(&ca).unwrap();
+        assert!(
+            expires.abs_diff(now() + VALID_FOR.as_secs()) < 60,
+            "{expires}"
+        );
+        // A bundle's first certificate is its newest CA; a leaf expires with it.
+        let older = issue(&plan, "ns/dev").unwrap().0;
+        assert_eq!(ca_expiry(&bundle(&ca, Some(&older))), Some(expires));
+        let leaf = String::from_utf8(data["query.crt"].0.clone()).unwrap();
+        assert!(ca_expiry(&leaf).unwrap().abs_diff(expires) < 60);
+        assert_eq!(ca_expiry("not a certificate"), None);
+        let garbage = "-----BEGIN CERTIFICATE-----\nMAMCAQE=\n-----END CERTIFICATE-----\n";
+        assert_eq!(ca_expiry(garbage), None);
+        // The annotation may bring renewal forward, never past the certificate.
+        assert_eq!(expiry(Some(u64::MAX), Some(expires), None), Some(expires));
+        assert_eq!(expiry(Some(0), Some(expires), None), Some(0));
+        assert_eq!(expiry(None, None, Some(7)), Some(7));
     }
 
     #[test]

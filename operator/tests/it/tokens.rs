@@ -338,6 +338,58 @@ async fn a_pass_stopped_between_the_ca_and_its_secret_is_repaired() {
     assert_ne!(h.condition("WorkloadsReady").await.1, "CaNotPublished");
 }
 
+/// Whoever may edit the CA ConfigMap cannot put renewal off: the recorded expiry is bounded by
+/// the newest CA certificate's own. Here the published CA expires in 10 days while the annotation
+/// says ten years: the next pass renews.
+#[tokio::test(flavor = "multi_thread")]
+async fn renewal_follows_the_certificate_not_the_annotation() {
+    let name = unique("postpone");
+    create_roles(&name).await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    h.reconcile().await;
+    let ca_maps = Api::<ConfigMap>::namespaced(h.client.clone(), NS);
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), NS);
+    let ca_name = format!("{name}-lake-ca");
+    let published = ca_maps.get(&ca_name).await.unwrap();
+    let bundle = published.data.unwrap()["ca.crt"].clone();
+    let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(10);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let expiring = params.self_signed(&key).unwrap().pem();
+    let ten_years = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 10 * 365 * 24 * 3600;
+    let postponed = json!({
+        "metadata": {"annotations": {"lake.dev/tls-expires": ten_years.to_string()}},
+        "data": {"ca.crt": format!("{expiring}{bundle}")},
+    });
+    ca_maps
+        .patch(
+            &ca_name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&postponed),
+        )
+        .await
+        .unwrap();
+    h.reconcile().await;
+    assert!(
+        secrets
+            .get_opt(&format!("{name}-lake-tls-1"))
+            .await
+            .unwrap()
+            .is_some(),
+        "no renewal: the annotation put it off"
+    );
+    let renewed = ca_maps.get(&ca_name).await.unwrap();
+    assert_eq!(
+        renewed.metadata.annotations.unwrap()["lake.dev/tls-generation"],
+        "1"
+    );
+}
+
 /// Certificates are renewed before they expire, and each renewal rotates the CA without an
 /// outage: a new generation (CA, certificates, Secret) once the recorded expiry is within 30
 /// days, the CA bundle holding the new CA and the old, the pods moved onto the new Secret, the

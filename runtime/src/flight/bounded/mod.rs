@@ -66,6 +66,8 @@ const RESERVED_COPY_BYTES: i64 = 1024 * 1024;
 const SCALAR_COPIES: i64 = 5;
 /// The widest row a fixed-size type may have (`CAST(l AS BIGINT[2147483647])` is 16 GiB a row).
 const MAX_FIXED_ROW_BYTES: i64 = 1024 * 1024;
+/// The rows of a batch a cast builds at once (DataFusion's default batch size, which lake keeps).
+const CAST_BATCH_ROWS: usize = 8192;
 /// What one number takes as text in `array_to_string`, at most (`-9223372036854775808`, a
 /// float's or a timestamp's longest rendering).
 const NUMBER_TEXT_BYTES: i64 = 40;
@@ -465,7 +467,7 @@ fn count_plan(plan: LogicalPlan, budget: &Budget) -> Result<Transformed<LogicalP
                     constants = constants.saturating_add(v.size());
                 }
                 if let Expr::Cast(Cast { field, .. }) | Expr::TryCast(TryCast { field, .. }) = e {
-                    check_fixed_width(field.data_type())?;
+                    check_fixed_width(field.data_type(), budget)?;
                 }
                 Ok(TreeNodeRecursion::Continue)
             })?;
@@ -487,17 +489,41 @@ fn count_plan(plan: LogicalPlan, budget: &Budget) -> Result<Transformed<LogicalP
     })
 }
 
-/// Refuses a cast to a type whose every row takes more than [`MAX_FIXED_ROW_BYTES`].
-fn check_fixed_width(data_type: &DataType) -> Result<()> {
-    match fixed_width(data_type) {
-        Some(width) if width > MAX_FIXED_ROW_BYTES => {
-            Err(DataFusionError::ResourcesExhausted(format!(
-                "a cast to {data_type} takes {width} bytes in every row; at most \
-                 {MAX_FIXED_ROW_BYTES} bytes per value of a fixed-size type are allowed"
-            )))
-        }
+/// Refuses a cast to a type whose every row takes more than a batch's share of the budget (at
+/// most [`MAX_FIXED_ROW_BYTES`]): a cast builds its whole batch, no function counts it.
+fn check_fixed_width(data_type: &DataType, budget: &Budget) -> Result<()> {
+    let most = i64::try_from(budget.limit() / CAST_BATCH_ROWS)
+        .unwrap_or(i64::MAX)
+        .min(MAX_FIXED_ROW_BYTES);
+    match widest_fixed(data_type) {
+        Some(width) if width > most => Err(DataFusionError::ResourcesExhausted(format!(
+            "a cast to {data_type} takes {width} bytes in every row; at most {most} bytes per \
+             value of a fixed-size type are allowed (a batch of {CAST_BATCH_ROWS} rows within \
+             the query's {} MiB, LAKE_QUERY_MEMORY_LIMIT_MB)",
+            budget.limit() / MIB
+        ))),
         _ => Ok(()),
     }
+}
+
+/// The widest fixed-size value anywhere in `data_type` (`List(FixedSizeList(2^31, Int64))`
+/// allocates one 16 GiB element per non-empty row).
+fn widest_fixed(data_type: &DataType) -> Option<i64> {
+    let nested = match data_type {
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => widest_fixed(f.data_type()),
+        DataType::Struct(fields) => fields
+            .iter()
+            .filter_map(|f| widest_fixed(f.data_type()))
+            .max(),
+        DataType::Dictionary(_, values) => widest_fixed(values),
+        _ => None,
+    };
+    fixed_width(data_type).max(nested)
 }
 
 /// A constant of at least `large` bytes as a counted call that copies it into the batch's rows.
@@ -511,8 +537,14 @@ fn expand(e: Expr, budget: &Budget) -> Expr {
     ))
 }
 
+/// A constant of at least `large` bytes, or an uncorrelated scalar subquery: a value of any
+/// size, known only once it ran, that its operator copies into every row like a constant.
 fn is_large(e: &Expr, large: usize) -> bool {
-    matches!(e, Expr::Literal(v, _) if v.size() >= large)
+    match e {
+        Expr::Literal(v, _) => v.size() >= large,
+        Expr::ScalarSubquery(_) => true,
+        _ => false,
+    }
 }
 
 /// A projection's output `expr`, if it is a large constant, copied into its rows by a counted
@@ -728,11 +760,11 @@ fn ints(value: &ColumnarValue) -> Result<PerRow> {
 }
 
 /// The steps of an edit distance over each row's two strings, all rows together.
-fn steps(args: &ScalarFunctionArgs) -> Result<i64> {
+fn steps(args: &ScalarFunctionArgs, measure: fn(&ColumnarValue) -> Result<PerRow>) -> Result<i64> {
     let (Some(a), Some(b)) = (args.args.first(), args.args.get(1)) else {
         return Ok(0);
     };
-    let (a, b) = (sizes(a)?, sizes(b)?);
+    let (a, b) = (measure(a)?, measure(b)?);
     let rows = args.number_rows.max(1);
     Ok((0..rows)
         .map(|row| {
@@ -796,6 +828,26 @@ fn sizes(value: &ColumnarValue) -> Result<PerRow> {
                 None => PerRow::Same(Some(memory(a.as_ref()))),
             },
         },
+    })
+}
+
+/// How many elements each row's list holds (anything else: one).
+fn elements(value: &ColumnarValue) -> Result<PerRow> {
+    let (array, scalar) = match value {
+        ColumnarValue::Array(a) => (Arc::clone(a), false),
+        ColumnarValue::Scalar(s) => (s.to_array_of_size(1)?, true),
+    };
+    if !matches!(
+        array.data_type(),
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
+    ) {
+        return Ok(PerRow::Same(Some(1)));
+    }
+    let counts = to_i64(&arrow::compute::kernels::length::length(&array)?)?;
+    Ok(if scalar {
+        PerRow::Same((!counts.is_empty() && !counts.is_null(0)).then(|| counts.value(0)))
+    } else {
+        PerRow::Each(counts)
     })
 }
 
@@ -1169,8 +1221,12 @@ impl ScalarUDFImpl for Counted {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let name = self.inner.name();
         self.budget.deadline.check(name)?;
-        if name == "levenshtein" {
-            deadline::check_steps(name, steps(&args)?)?;
+        match name {
+            "levenshtein" => deadline::check_steps(name, steps(&args, sizes)?)?,
+            // Every element of one list against every element of the other, row by row.
+            "array_has_any" | "array_has_all" | "arrays_overlap" | "list_has_any"
+            | "list_has_all" => deadline::check_steps(name, steps(&args, elements)?)?,
+            _ => {}
         }
         // A CASE's result is what the CASE built: claimed whole.
         let inputs = if self.growth == Some(Growth::Claim) {

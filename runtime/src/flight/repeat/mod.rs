@@ -17,9 +17,10 @@ use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::WindowFrameBound;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::CardinalityEffect;
@@ -57,18 +58,30 @@ impl PhysicalOptimizerRule for BoundRepetition {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batch_size = config.execution.batch_size.max(1);
         plan.transform_up(|node| {
-            let Some(check) = check_for(&node) else {
+            let Some(check) = check_for(&node, batch_size) else {
                 return Ok(Transformed::no(node));
             };
+            // A cross or nested-loop join builds one output batch per row of its left (build)
+            // side and batch of its right: the right side is passed on in slices of a batch.
+            let slices_right = node.is::<CrossJoinExec>() || node.is::<NestedLoopJoinExec>();
             let children = node
                 .children()
                 .into_iter()
-                .map(|child| {
-                    Arc::new(Guarded::new(Arc::clone(child), check.clone()))
-                        as Arc<dyn ExecutionPlan>
+                .enumerate()
+                .map(|(i, child)| {
+                    let check = match &check {
+                        Check::Join { name, rows, .. } => Check::Join {
+                            name,
+                            rows: *rows,
+                            slice: slices_right && i == 1,
+                        },
+                        other => other.clone(),
+                    };
+                    Arc::new(Guarded::new(Arc::clone(child), check)) as Arc<dyn ExecutionPlan>
                 })
                 .collect();
             Ok(Transformed::yes(node.with_new_children(children)?))
@@ -84,14 +97,24 @@ impl PhysicalOptimizerRule for BoundRepetition {
 /// What an operator would build from the batches it is given.
 #[derive(Debug, Clone)]
 enum Check {
-    /// A join: any row of either side may fill a whole output batch.
-    Join(&'static str),
-    /// UNNEST of these columns: each row's other columns once per element.
-    Unnest(Vec<(usize, usize)>),
+    /// A join: any row of either side may fill a whole output batch of `rows` rows. With
+    /// `slice`, the input is passed on in slices of at most `rows` rows (a cross join's output
+    /// batch is one row of its left side repeated once per row of the right side's batch,
+    /// however large that batch is). Only that side is sliced: a slice reports its parent's
+    /// buffers, so a build side held in slices would count them several times over.
+    Join {
+        name: &'static str,
+        rows: usize,
+        slice: bool,
+    },
+    /// UNNEST of these columns (column, deepest depth, unnested at several depths): each row's
+    /// other columns once per element.
+    Unnest(Vec<(usize, usize, bool)>),
     /// Window functions whose values vary in size.
     Window {
         /// Values copied into every row (`first_value(s)`), all of them held at once
-        /// (`WindowAggExec` builds its whole partition) or batch by batch.
+        /// (`WindowAggExec` builds its whole partition, and a frame that reaches past the current
+        /// row waits for the rows it reaches) or batch by batch.
         copies: bool,
         materialized: bool,
         /// Aggregates whose value grows with the frame (`array_agg`, `string_agg`): the n-th
@@ -100,8 +123,16 @@ enum Check {
     },
 }
 
-fn check_for(node: &Arc<dyn ExecutionPlan>) -> Option<Check> {
-    let join = |name| Some(Check::Join(name));
+fn check_for(node: &Arc<dyn ExecutionPlan>, batch_size: usize) -> Option<Check> {
+    // Smaller join batches would admit wider rows, but the operators above (a filter, a
+    // repartition) coalesce them back into batches of the statement's size.
+    let join = |name| {
+        Some(Check::Join {
+            name,
+            rows: batch_size,
+            slice: false,
+        })
+    };
     if node.is::<CrossJoinExec>() {
         return join("a cross join");
     }
@@ -121,18 +152,51 @@ fn check_for(node: &Arc<dyn ExecutionPlan>) -> Option<Check> {
             .iter()
             .map(|l| (l.index_in_input_schema, l.depth))
             .collect();
-        columns.sort_unstable();
-        columns.dedup_by_key(|c| c.0);
-        return Some(Check::Unnest(columns));
+        // A column unnested at several depths repeats the others most at its deepest, and is
+        // itself copied at every level above it (`unnest(c), unnest(unnest(c))` repeats `c`
+        // once per element of `c`): it counts among the repeated columns too.
+        columns.sort_unstable_by_key(|&(column, depth)| (column, std::cmp::Reverse(depth)));
+        let mut lists: Vec<(usize, usize, bool)> = Vec::new();
+        for (column, depth) in columns {
+            match lists.last_mut() {
+                Some(last) if last.0 == column => last.2 = true,
+                _ => lists.push((column, depth, false)),
+            }
+        }
+        return Some(Check::Unnest(lists));
     }
-    let (exprs, materialized) = if let Some(w) = node.downcast_ref::<WindowAggExec>() {
-        (w.window_expr(), true)
-    } else if let Some(w) = node.downcast_ref::<BoundedWindowAggExec>() {
-        (w.window_expr(), false)
-    } else {
-        return None;
-    };
-    window_check(exprs, materialized)
+    if let Some(w) = node.downcast_ref::<WindowAggExec>() {
+        // It holds its whole input, whatever its functions return.
+        return window_check(w.window_expr(), true).or(Some(Check::Window {
+            copies: false,
+            materialized: true,
+            growing: None,
+        }));
+    }
+    let w = node.downcast_ref::<BoundedWindowAggExec>()?;
+    // A frame that ends rows or values after the current row (`… AND 100000 FOLLOWING`) holds
+    // the rows it reaches before it emits: as good as the whole input, whatever it returns.
+    // (`RANGE … CURRENT ROW` only waits for the current row's peers.)
+    let ahead = w
+        .window_expr()
+        .iter()
+        .any(|e| reaches_ahead(&e.get_window_frame().end_bound));
+    window_check(w.window_expr(), ahead).or(ahead.then_some(Check::Window {
+        copies: false,
+        materialized: true,
+        growing: None,
+    }))
+}
+
+/// Whether a frame's end lies rows or values after the current row (`UNBOUNDED FOLLOWING`
+/// never runs bounded; a non-zero `N FOLLOWING` does).
+fn reaches_ahead(end: &WindowFrameBound) -> bool {
+    match end {
+        WindowFrameBound::Following(v) if !v.is_null() => {
+            ScalarValue::new_zero(&v.data_type()).map_or(true, |zero| v != &zero)
+        }
+        _ => false,
+    }
 }
 
 fn window_check(exprs: &[Arc<dyn WindowExpr>], materialized: bool) -> Option<Check> {
@@ -245,16 +309,17 @@ impl ExecutionPlan for Guarded {
         let mut measure = Measure {
             check: self.check.clone(),
             limit: i64::try_from(limit).unwrap_or(i64::MAX),
-            batch_size: context.session_config().batch_size() as i64,
             rows: 0,
             bytes: 0,
             widest: 0,
-            held: MemoryConsumer::new("lake: UNNEST output").register(pool),
+            held: MemoryConsumer::new(self.check.consumer()).register(pool),
         };
-        let stream = input.map(move |batch| {
-            let batch = batch?;
-            measure.admit(&batch)?;
-            Ok(batch)
+        let stream = input.flat_map(move |batch| {
+            let passed = match batch.and_then(|batch| measure.admit(batch)) {
+                Ok(slices) => slices.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::stream::iter(passed)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
@@ -291,11 +356,11 @@ impl ExecutionPlan for Guarded {
 struct Measure {
     check: Check,
     limit: i64,
-    batch_size: i64,
     rows: i64,
     bytes: i64,
     widest: i64,
-    /// What UNNEST builds from the batch last passed on, held until the next one.
+    /// What UNNEST builds from the batch last passed on (held until the next one), or what a
+    /// materializing window operator holds.
     held: MemoryReservation,
 }
 
@@ -310,28 +375,36 @@ impl Measure {
         ))))
     }
 
-    fn admit(&mut self, batch: &RecordBatch) -> Result<()> {
+    /// `batch` as the operator above may take it (a join's in slices), or a refusal.
+    fn admit(&mut self, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
         let n = batch.num_rows();
         if n == 0 {
-            return Ok(());
+            return Ok(vec![batch]);
         }
         match &self.check {
-            Check::Join(join) => {
-                let widest = widest(batch);
-                let batch_bytes = widest.saturating_mul(self.batch_size);
+            Check::Join { name, rows, slice } => {
+                let widest = widest(&batch);
+                let rows = *rows as i64;
+                let batch_bytes = widest.saturating_mul(rows);
                 if batch_bytes > self.limit {
                     return Err(self.refused(
                         format!(
-                            "{join} may repeat a row of {widest} bytes into every row of a batch \
-                             of {} rows",
-                            self.batch_size
+                            "{name} may repeat a row of {widest} bytes into every row of a batch \
+                             of {rows} rows"
                         ),
                         batch_bytes,
                     ));
                 }
+                let rows = rows as usize;
+                if *slice && n > rows {
+                    return Ok((0..n)
+                        .step_by(rows)
+                        .map(|at| batch.slice(at, rows.min(n - at)))
+                        .collect());
+                }
             }
             Check::Unnest(lists) => {
-                let output = unnest_output(batch, lists);
+                let output = unnest_output(&batch, lists);
                 let want = usize::try_from(output).unwrap_or(usize::MAX);
                 if self.held.try_resize(want).is_err() {
                     return Err(self.refused(
@@ -352,6 +425,20 @@ impl Measure {
                 self.widest = self.widest.max(widest);
                 // The rows one output may hold: the whole input (materialized), else the batch.
                 let rows = if *materialized { self.rows } else { n as i64 };
+                // What a materializing operator holds: every batch it was given.
+                if *materialized {
+                    let held = usize::try_from(self.bytes).unwrap_or(usize::MAX);
+                    if self.held.try_resize(held).is_err() {
+                        return Err(self.refused(
+                            format!(
+                                "a window function holds its whole input until it emits, here \
+                                 {} rows",
+                                self.rows
+                            ),
+                            self.bytes,
+                        ));
+                    }
+                }
                 let copied = self.widest.saturating_mul(rows);
                 if *copies && copied > self.limit {
                     return Err(self.refused(
@@ -377,7 +464,18 @@ impl Measure {
                 }
             }
         }
-        Ok(())
+        Ok(vec![batch])
+    }
+}
+
+impl Check {
+    /// The name the memory pool knows a guard's reservation by.
+    fn consumer(&self) -> &'static str {
+        match self {
+            Check::Join { .. } => "lake: join input",
+            Check::Unnest(_) => "lake: UNNEST output",
+            Check::Window { .. } => "lake: window input",
+        }
     }
 }
 
@@ -395,11 +493,11 @@ fn widest(batch: &RecordBatch) -> i64 {
         .unwrap_or(0)
 }
 
-/// What UNNEST of `lists` ((column, depth)) builds from `batch`: each row's other columns once
+/// What UNNEST of `lists` ((column, depth, at several depths)) builds from `batch`: each row's other columns once
 /// per row it unnests to (at least once), and the unnested elements.
-fn unnest_output(batch: &RecordBatch, lists: &[(usize, usize)]) -> i64 {
+fn unnest_output(batch: &RecordBatch, lists: &[(usize, usize, bool)]) -> i64 {
     let n = batch.num_rows();
-    let unnested = |i: &usize| lists.iter().any(|(c, _)| c == i);
+    let unnested = |i: &usize| lists.iter().any(|(c, _, several)| c == i && !several);
     let others = widths::row_bytes(
         batch
             .columns()
@@ -411,7 +509,7 @@ fn unnest_output(batch: &RecordBatch, lists: &[(usize, usize)]) -> i64 {
     );
     let mut per_row = vec![0i64; n];
     let mut elements = 0i64;
-    for (column, depth) in lists {
+    for (column, depth, _) in lists {
         if let Some(array) = batch.columns().get(*column) {
             widths::unnested_rows(array.as_ref(), *depth, &mut per_row);
             elements = elements.saturating_add(array.get_array_memory_size() as i64);

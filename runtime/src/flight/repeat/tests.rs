@@ -94,8 +94,10 @@ async fn unnest_counts_the_rows_it_repeats() {
 
 #[tokio::test]
 async fn window_functions_count_what_they_copy() {
-    // first_value copies a 100 KB value into each of 1,000 rows of one partition: 100 MB.
-    let values = "SELECT repeat(CAST(value AS VARCHAR), 100000) AS s FROM generate_series(1, 1000)";
+    // first_value copies a 100 KB value into each of 1,000 rows of one partition: 100 MB (the
+    // input itself, 165 KB, fits).
+    let values = "SELECT repeat(CAST(value AS VARCHAR), CAST(100000 / (value * value) AS BIGINT)) \
+                  AS s FROM generate_series(1, 1000)";
     refused(
         &format!("SELECT length(first_value(s) OVER ()) FROM ({values})"),
         "window function may copy",
@@ -118,4 +120,65 @@ async fn window_functions_count_what_they_copy() {
         batches.iter().map(|b| b.column(0).len()).sum::<usize>(),
         100_000
     );
+}
+
+#[tokio::test]
+async fn a_join_takes_its_inputs_in_slices() {
+    // UNNEST makes one batch of 100,000 rows: a cross join repeats the other side's row into
+    // each of them, in one output batch (as it does without the rule: the control).
+    let sql = "SELECT CAST(length(w.s) AS BIGINT) FROM (SELECT repeat('x', 1000) || \
+               CAST(value AS VARCHAR) AS s FROM generate_series(1, 1)) w \
+               CROSS JOIN (SELECT unnest(range(100000)) AS n) many";
+    let largest = |batches: &[RecordBatch]| batches.iter().map(RecordBatch::num_rows).max();
+    let control = run(false, sql).await.unwrap();
+    assert!(largest(&control) > Some(8192), "{:?}", largest(&control));
+    let batches = run(true, sql).await.unwrap();
+    assert_eq!(sum(&batches), 100_100_000);
+    assert!(largest(&batches) <= Some(8192), "{:?}", largest(&batches));
+}
+
+#[tokio::test]
+async fn window_functions_count_what_they_hold() {
+    // `max(value) OVER ()` holds all 10M rows (80 MB) before it emits one.
+    refused(
+        "SELECT max(value) OVER () FROM generate_series(1, 10000000)",
+        "holds its whole input",
+    )
+    .await;
+    // A frame that reaches 100,000 rows ahead holds 20,000 rows of 5 KB (100 MB) at once,
+    // and copies as many, though each batch of 8,192 would fit.
+    refused(
+        "SELECT length(first_value(s) OVER (ROWS BETWEEN CURRENT ROW AND 100000 FOLLOWING)) \
+         FROM (SELECT repeat(CAST(value AS VARCHAR), 1000) AS s \
+         FROM generate_series(10000, 29999))",
+        "window function",
+    )
+    .await;
+    // … whatever the function returns.
+    refused(
+        "SELECT length(s) + count(*) OVER (ROWS BETWEEN CURRENT ROW AND 20000000 FOLLOWING) \
+         FROM (SELECT repeat(CAST(value AS VARCHAR), 300) AS s FROM generate_series(1000, 200000))",
+        "holds its whole input",
+    )
+    .await;
+    let small = "SELECT max(value) OVER () FROM generate_series(1, 1000)";
+    assert_eq!(sum(&run(true, small).await.unwrap()), 1_000_000);
+    // A frame that ends at the current row holds a batch at a time: 100 MB of input in all
+    // answers under a 64 MiB budget.
+    let behind = "SELECT CAST(length(first_value(s) OVER (ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)) \
+                  AS BIGINT) FROM (SELECT repeat(CAST(value AS VARCHAR), 1000) AS s \
+                  FROM generate_series(10000, 29999))";
+    assert_eq!(sum(&run(true, behind).await.unwrap()), 100_000_000);
+}
+
+#[tokio::test]
+async fn unnest_counts_a_list_it_copies_at_every_level() {
+    // `c` (3,000 one-element lists) is copied once per element at the first level: 3,000
+    // copies of it.
+    refused(
+        "SELECT count(*) FROM (SELECT unnest(c) AS a, unnest(unnest(c)) AS b \
+         FROM (SELECT array_repeat(make_array(value), 3000) AS c FROM generate_series(1, 1)))",
+        "UNNEST would build",
+    )
+    .await;
 }

@@ -145,7 +145,25 @@ pub(super) fn unnested_rows(array: &dyn Array, depth: usize, rows: &mut [i64]) {
             let list = array.as_list::<i64>();
             count(list.value_offsets(), list.values().as_ref(), depth)
         }
-        DataType::FixedSizeList(_, n) => vec![i64::from(*n); array.len()],
+        DataType::FixedSizeList(_, n) => {
+            let n = usize::try_from(*n).unwrap_or(0);
+            if depth > 1 {
+                let list = array.as_fixed_size_list();
+                let values = list.values();
+                let mut inner = vec![0i64; values.len()];
+                unnested_rows(values.as_ref(), depth - 1, &mut inner);
+                let start = list.offset() * n;
+                (0..array.len())
+                    .map(|i| {
+                        let from = (start + i * n).min(inner.len());
+                        let to = (from + n).min(inner.len());
+                        inner[from..to].iter().sum()
+                    })
+                    .collect()
+            } else {
+                vec![n as i64; array.len()]
+            }
+        }
         _ => vec![1; array.len()],
     };
     for (row, n) in rows.iter_mut().zip(counts) {
@@ -157,7 +175,7 @@ pub(super) fn unnested_rows(array: &dyn Array, depth: usize, rows: &mut [i64]) {
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, Int64Array, ListArray, StringArray};
+    use arrow::array::{ArrayRef, FixedSizeListArray, Int64Array, ListArray, StringArray};
     use arrow::datatypes::Int64Type;
 
     use super::*;
@@ -192,5 +210,23 @@ mod tests {
         let mut rows = vec![0; 3];
         unnested_rows(lists.as_ref(), 1, &mut rows);
         assert_eq!(rows, vec![3, 0, 1]);
+        // Fixed-size lists of lists: the elements two levels down.
+        let inner = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+            Some(vec![Some(1); 5]),
+            Some(vec![]),
+            Some(vec![Some(2); 7]),
+            Some(vec![Some(3)]),
+        ]);
+        let field = Arc::new(arrow::datatypes::Field::new_list_field(
+            inner.data_type().clone(),
+            true,
+        ));
+        let fixed = FixedSizeListArray::new(field, 2, Arc::new(inner), None);
+        let mut rows = vec![0; 2];
+        unnested_rows(&fixed, 2, &mut rows);
+        assert_eq!(rows, vec![5, 8]);
+        let mut rows = vec![0; 2];
+        unnested_rows(&fixed, 1, &mut rows);
+        assert_eq!(rows, vec![2, 2]);
     }
 }

@@ -158,6 +158,12 @@ fn no_statement_outgrows_the_query_budget() {
         // A fixed-size type of 2^31 elements a row.
         "SELECT arrow_cast(make_array(value), 'FixedSizeList(2147483647, Int64)') \
          FROM generate_series(1, 10)",
+        // The same inside a list: each element 16 GiB.
+        "SELECT arrow_cast(make_array(make_array(value)), \
+         'List(FixedSizeList(2147483647, Int64))') FROM generate_series(1, 1)",
+        // 160 KB a row, under any per-value cap but 1.3 GB a batch.
+        "SELECT arrow_cast(make_array(value), 'FixedSizeList(20000, Int64)') \
+         FROM generate_series(1, 10)",
     ]
     .into_iter()
     .map(String::from)
@@ -199,6 +205,15 @@ fn no_statement_outgrows_the_query_budget() {
         ),
         "n,c,l\n3889,100000,1001\n"
     );
+    // A join repeats a 20 KB row: 8,192 copies of it fit.
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT sum(length(w.s)) AS j FROM (SELECT repeat(CAST(value AS VARCHAR), 20000) AS s \
+             FROM generate_series(1, 1)) w CROSS JOIN generate_series(1, 10000)"
+        ),
+        "j\n200000000\n"
+    );
     assert_within_memory(&lake);
 }
 
@@ -217,6 +232,26 @@ fn functions_stop_at_the_statement_deadline() {
         "ResourceExhausted",
     );
     assert!(stderr.contains("steps"), "{stderr}");
+    // Every element of one list against every element of the other: 10^10 comparisons.
+    let stderr = refused(
+        &mut lake,
+        &query,
+        "SELECT array_has_any(range(value, 100000 + value), range(100000 + value, 200000 + value)) \
+         FROM generate_series(1, 1)",
+        "ResourceExhausted",
+    );
+    assert!(
+        stderr.contains("array_has_any") && stderr.contains("steps"),
+        "{stderr}"
+    );
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT array_has_any(range(value, 1000 + value), range(999 + value, 2000 + value)) \
+             AS a FROM generate_series(1, 1)"
+        ),
+        "a\ntrue\n"
+    );
     // 40 edit distances of 10^8 steps each, all folded while the statement is planned.
     let sum = (0..40)
         .map(|i| {
@@ -292,6 +327,25 @@ fn beyond_functions() -> Vec<String> {
                 .map(|i| format!("ltrim(s, 'a{i}') AS c{i}"))
                 .collect::<Vec<_>>()
                 .join(", ")
+        ),
+        // A scalar subquery's 100 MB value copied into each of 8,192 rows: 800 GB.
+        String::from(
+            "SELECT (SELECT repeat(CAST(value AS VARCHAR), 100000000) FROM \
+             generate_series(1, 1)) AS x FROM generate_series(1, 10000)",
+        ),
+        // A window over the whole input holds all of it: 100,000 rows of 10 KB, 1 GB, each
+        // batch of 80 MB within the budget.
+        String::from(
+            "SELECT max(length(s)) OVER () FROM (SELECT repeat('y', 10000) || \
+             CAST(value AS VARCHAR) AS s FROM generate_series(1, 100000))",
+        ),
+        // A frame reaching far ahead holds the rows it reaches before emitting, and first_value
+        // copies a 30 KB value into each of them: 3 GB twice over, though each batch of 8,192
+        // rows (240 MB) would fit.
+        String::from(
+            "SELECT length(first_value(s) OVER (ROWS BETWEEN CURRENT ROW AND 1000000 \
+             FOLLOWING)) FROM (SELECT repeat('y', 30000) || CAST(value AS VARCHAR) AS s \
+             FROM generate_series(1, 100000))",
         ),
         // A running array_agg holds every row before it: 200,000 rows, 160 GB.
         String::from(

@@ -17,10 +17,9 @@ use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::WindowFrameBound;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::CardinalityEffect;
@@ -37,11 +36,12 @@ use datafusion::physical_plan::windows::{
     BoundedWindowAggExec, PlainAggregateWindowExpr, WindowAggExec, WindowExpr,
 };
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, Statistics,
+    DisplayAs, DisplayFormatType, ExecutionPlan, InputOrderMode, PlanProperties, Statistics,
 };
 use futures::StreamExt;
 use tonic::Status;
 
+mod held;
 mod widths;
 
 const MIB: usize = 1024 * 1024;
@@ -110,17 +110,36 @@ enum Check {
     /// UNNEST of these columns (column, deepest depth, unnested at several depths): each row's
     /// other columns once per element.
     Unnest(Vec<(usize, usize, bool)>),
-    /// Window functions whose values vary in size.
+    /// A window operator: what it holds of its input, and what its functions copy.
     Window {
-        /// Values copied into every row (`first_value(s)`), all of them held at once
-        /// (`WindowAggExec` builds its whole partition, and a frame that reaches past the current
-        /// row waits for the rows it reaches) or batch by batch.
+        holds: Holds,
+        /// Values copied into every row it emits (`first_value(s)`).
         copies: bool,
-        materialized: bool,
         /// Aggregates whose value grows with the frame (`array_agg`, `string_agg`): the n-th
         /// row's value may hold the n rows before it.
         growing: Option<String>,
     },
+}
+
+/// What a window operator holds of its input before it emits.
+#[derive(Clone)]
+enum Holds {
+    /// All of it (`WindowAggExec` builds whole partitions; a bounded one whose partitions
+    /// arrive interleaved keeps each open).
+    Everything,
+    /// What its frames reach and what it waits for, partition by partition (replayed by
+    /// [`held::Held`]).
+    Frames(Arc<[Arc<dyn WindowExpr>]>),
+}
+
+/// Short, for `EXPLAIN`: the functions are the operator's own lines.
+impl fmt::Debug for Holds {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Holds::Everything => f.write_str("Everything"),
+            Holds::Frames(exprs) => write!(f, "Frames({} functions)", exprs.len()),
+        }
+    }
 }
 
 fn check_for(node: &Arc<dyn ExecutionPlan>, batch_size: usize) -> Option<Check> {
@@ -166,40 +185,53 @@ fn check_for(node: &Arc<dyn ExecutionPlan>, batch_size: usize) -> Option<Check> 
         return Some(Check::Unnest(lists));
     }
     if let Some(w) = node.downcast_ref::<WindowAggExec>() {
-        // It holds its whole input, whatever its functions return.
-        return window_check(w.window_expr(), true).or(Some(Check::Window {
-            copies: false,
-            materialized: true,
-            growing: None,
-        }));
+        return Some(window_check(w.window_expr(), Holds::Everything));
     }
     let w = node.downcast_ref::<BoundedWindowAggExec>()?;
-    // A frame that ends rows or values after the current row (`… AND 100000 FOLLOWING`) holds
-    // the rows it reaches before it emits: as good as the whole input, whatever it returns.
-    // (`RANGE … CURRENT ROW` only waits for the current row's peers.)
-    let ahead = w
+    // Every bounded window operator may hold rows, whatever its functions return (`lag(s,
+    // 1000000)`, `count(*) OVER (… AND 1000000 FOLLOWING)`). Its partitions come one after
+    // another when its input is sorted on their keys; interleaved, each stays open.
+    let interleaved = w
         .window_expr()
+        .first()
+        .is_some_and(|e| !e.partition_by().is_empty())
+        && w.input_order_mode != InputOrderMode::Sorted;
+    // It appends each batch to what it holds (`concat`), and a string or binary view array
+    // appended keeps every data buffer of the arrays before it: rows it dropped keep their
+    // batch's values alive to the end.
+    let views = w
+        .input()
+        .schema()
+        .fields()
         .iter()
-        .any(|e| reaches_ahead(&e.get_window_frame().end_bound));
-    window_check(w.window_expr(), ahead).or(ahead.then_some(Check::Window {
-        copies: false,
-        materialized: true,
-        growing: None,
-    }))
+        .any(|f| holds_views(f.data_type()));
+    let holds = if interleaved || views {
+        Holds::Everything
+    } else {
+        Holds::Frames(w.window_expr().iter().cloned().collect())
+    };
+    Some(window_check(w.window_expr(), holds))
 }
 
-/// Whether a frame's end lies rows or values after the current row (`UNBOUNDED FOLLOWING`
-/// never runs bounded; a non-zero `N FOLLOWING` does).
-fn reaches_ahead(end: &WindowFrameBound) -> bool {
-    match end {
-        WindowFrameBound::Following(v) if !v.is_null() => {
-            ScalarValue::new_zero(&v.data_type()).map_or(true, |zero| v != &zero)
-        }
+/// Whether `data_type` is or holds a string or binary view.
+fn holds_views(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::Utf8View | DataType::BinaryView => true,
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => holds_views(f.data_type()),
+        DataType::Struct(fields) => fields.iter().any(|f| holds_views(f.data_type())),
+        DataType::Union(fields, _) => fields.iter().any(|(_, f)| holds_views(f.data_type())),
+        DataType::Dictionary(_, values) => holds_views(values),
+        DataType::RunEndEncoded(_, values) => holds_views(values.data_type()),
         _ => false,
     }
 }
 
-fn window_check(exprs: &[Arc<dyn WindowExpr>], materialized: bool) -> Option<Check> {
+fn window_check(exprs: &[Arc<dyn WindowExpr>], holds: Holds) -> Check {
     let mut copies = false;
     let mut growing = None;
     for expr in exprs {
@@ -228,11 +260,11 @@ fn window_check(exprs: &[Arc<dyn WindowExpr>], materialized: bool) -> Option<Che
             copies = true;
         }
     }
-    (copies || growing.is_some()).then_some(Check::Window {
+    Check::Window {
+        holds,
         copies,
-        materialized,
         growing,
-    })
+    }
 }
 
 /// Passes its input's batches on once [`Check`] found what the operator above would build from
@@ -313,6 +345,13 @@ impl ExecutionPlan for Guarded {
             bytes: 0,
             widest: 0,
             held: MemoryConsumer::new(self.check.consumer()).register(pool),
+            frames: match &self.check {
+                Check::Window {
+                    holds: Holds::Frames(exprs),
+                    ..
+                } => Some(held::Held::new(exprs)?),
+                _ => None,
+            },
         };
         let stream = input.flat_map(move |batch| {
             let passed = match batch.and_then(|batch| measure.admit(batch)) {
@@ -360,8 +399,10 @@ struct Measure {
     bytes: i64,
     widest: i64,
     /// What UNNEST builds from the batch last passed on (held until the next one), or what a
-    /// materializing window operator holds.
+    /// window operator holds.
     held: MemoryReservation,
+    /// A bounded window operator's buffers, replayed.
+    frames: Option<held::Held>,
 }
 
 impl Measure {
@@ -414,8 +455,8 @@ impl Measure {
                 }
             }
             Check::Window {
+                holds: _,
                 copies,
-                materialized,
                 growing,
             } => {
                 let each = widths::row_bytes(batch.columns().iter().map(|c| c.as_ref()), n);
@@ -423,41 +464,52 @@ impl Measure {
                 self.rows = self.rows.saturating_add(n as i64);
                 self.bytes = self.bytes.saturating_add(each.iter().sum());
                 self.widest = self.widest.max(widest);
-                // The rows one output may hold: the whole input (materialized), else the batch.
-                let rows = if *materialized { self.rows } else { n as i64 };
-                // What a materializing operator holds: every batch it was given.
-                if *materialized {
-                    let held = usize::try_from(self.bytes).unwrap_or(usize::MAX);
-                    if self.held.try_resize(held).is_err() {
-                        return Err(self.refused(
-                            format!(
-                                "a window function holds its whole input until it emits, here \
-                                 {} rows",
-                                self.rows
-                            ),
-                            self.bytes,
-                        ));
+                // What the operator holds at once, the rows it emits at once and what the
+                // open partition was given (a running `array_agg`'s last value).
+                let (held, held_rows, emitted, given) = match &mut self.frames {
+                    Some(frames) => {
+                        let step = frames.admit(&batch, &each)?;
+                        (
+                            step.held,
+                            step.held_rows as i64,
+                            step.emitted as i64,
+                            step.partition_bytes,
+                        )
                     }
+                    None => (self.bytes, self.rows, self.rows, self.bytes),
+                };
+                let want = usize::try_from(held).unwrap_or(usize::MAX);
+                if self.held.try_resize(want).is_err() {
+                    let what = if self.frames.is_some() {
+                        format!(
+                            "a window function holds {held_rows} rows of its input at once \
+                             (rows its frames reach back to, or rows it waits on before it emits)"
+                        )
+                    } else {
+                        format!(
+                            "a window function holds its whole input until it emits, here {held_rows} rows"
+                        )
+                    };
+                    return Err(self.refused(what, held));
                 }
-                let copied = self.widest.saturating_mul(rows);
+                let copied = self.widest.saturating_mul(emitted);
                 if *copies && copied > self.limit {
                     return Err(self.refused(
                         format!(
-                            "a window function may copy a value of {} bytes into each of {rows} \
+                            "a window function may copy a value of {} bytes into each of {emitted} \
                              rows",
                             self.widest
                         ),
                         copied,
                     ));
                 }
-                let grown = self.rows.saturating_mul(self.bytes);
+                let grown = emitted.saturating_mul(given);
                 if let Some(name) = growing
                     && grown > self.limit
                 {
                     return Err(self.refused(
                         format!(
-                            "{name} may hold, in each of {} rows, the {} bytes before it",
-                            self.rows, self.bytes
+                            "{name} may hold, in each of {emitted} rows, the {given} bytes before it"
                         ),
                         grown,
                     ));

@@ -157,18 +157,26 @@ async fn window_functions_count_what_they_hold() {
     // … whatever the function returns.
     refused(
         "SELECT length(s) + count(*) OVER (ROWS BETWEEN CURRENT ROW AND 20000000 FOLLOWING) \
-         FROM (SELECT repeat(CAST(value AS VARCHAR), 300) AS s FROM generate_series(1000, 200000))",
-        "holds its whole input",
+         FROM (SELECT arrow_cast(repeat(CAST(value AS VARCHAR), 300), 'Utf8') AS s \
+         FROM generate_series(1000, 200000))",
+        "rows it waits on",
     )
     .await;
     let small = "SELECT max(value) OVER () FROM generate_series(1, 1000)";
     assert_eq!(sum(&run(true, small).await.unwrap()), 1_000_000);
     // A frame that ends at the current row holds a batch at a time: 100 MB of input in all
-    // answers under a 64 MiB budget.
-    let behind = "SELECT CAST(length(first_value(s) OVER (ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)) \
-                  AS BIGINT) FROM (SELECT repeat(CAST(value AS VARCHAR), 1000) AS s \
-                  FROM generate_series(10000, 29999))";
-    assert_eq!(sum(&run(true, behind).await.unwrap()), 100_000_000);
+    // answers under a 64 MiB budget …
+    let behind = |strings: &str| {
+        format!(
+            "SELECT CAST(length(first_value(s) OVER (ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)) \
+             AS BIGINT) FROM (SELECT arrow_cast(repeat(CAST(value AS VARCHAR), 1000), '{strings}') \
+             AS s FROM generate_series(10000, 29999))"
+        )
+    };
+    assert_eq!(sum(&run(true, &behind("Utf8")).await.unwrap()), 100_000_000);
+    // … unless its strings are views: appending a view array to those it holds keeps their
+    // data buffers, so the operator keeps every batch's values to the end.
+    refused(&behind("Utf8View"), "holds its whole input").await;
 }
 
 #[tokio::test]
@@ -179,6 +187,125 @@ async fn unnest_counts_a_list_it_copies_at_every_level() {
         "SELECT count(*) FROM (SELECT unnest(c) AS a, unnest(unnest(c)) AS b \
          FROM (SELECT array_repeat(make_array(value), 3000) AS c FROM generate_series(1, 1)))",
         "UNNEST would build",
+    )
+    .await;
+}
+
+/// `wide`: 100,000 rows of 2,400 bytes (240 MB, nearly four times the session's budget),
+/// declared sorted on `value` (so that `ORDER BY value` sorts nothing).
+fn wide(guarded: bool) -> SessionContext {
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{Field, Schema};
+    use datafusion::datasource::MemTable;
+    use datafusion::prelude::col;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("value", arrow::datatypes::DataType::Int64, false),
+        Field::new("s", arrow::datatypes::DataType::Utf8, false),
+    ]));
+    let batches = (100_000i64..200_000)
+        .step_by(8192)
+        .map(|from| {
+            let values: Vec<i64> = (from..(from + 8192).min(200_000)).collect();
+            let s: StringArray = values
+                .iter()
+                .map(|v| Some(v.to_string().repeat(400)))
+                .collect();
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(Int64Array::from(values)), Arc::new(s)],
+            )
+            .unwrap()
+        })
+        .collect();
+    let table = MemTable::try_new(Arc::clone(&schema), vec![batches])
+        .unwrap()
+        .with_sort_order(vec![vec![col("value").sort(true, false)]]);
+    let ctx = session(guarded);
+    // One partition, as it is stored: two would be sorted again.
+    ctx.state_ref()
+        .write()
+        .config_mut()
+        .options_mut()
+        .execution
+        .target_partitions = 1;
+    ctx.register_table("wide", Arc::new(table)).unwrap();
+    ctx
+}
+
+async fn run_wide(guarded: bool, sql: &str) -> datafusion::common::Result<Vec<RecordBatch>> {
+    wide(guarded).sql(sql).await?.collect().await
+}
+
+#[tokio::test]
+async fn window_functions_count_the_rows_they_reach_back_to() {
+    // Each keeps the 50,000 rows behind its current row (120 MB), whatever it returns.
+    for f in [
+        "length(lag(s, 50000) OVER ())",
+        "count(s) OVER (ROWS BETWEEN 50000 PRECEDING AND CURRENT ROW)",
+        "length(first_value(s) OVER (ROWS BETWEEN 50000 PRECEDING AND CURRENT ROW))",
+        "count(s) OVER (ORDER BY value RANGE BETWEEN 50000 PRECEDING AND CURRENT ROW)",
+        // … or ahead of it.
+        "length(lead(s, 50000) OVER ())",
+        "count(s) OVER (ORDER BY value RANGE BETWEEN CURRENT ROW AND 50000 FOLLOWING)",
+    ] {
+        let sql = format!("SELECT {f} FROM wide");
+        let e = run_wide(true, &sql).await.err();
+        let status = e.as_ref().and_then(status_of);
+        assert!(
+            status.is_some_and(|s| s.code() == tonic::Code::ResourceExhausted
+                && s.message().contains("rows its frames reach back to")),
+            "{sql}: {e:?}"
+        );
+    }
+    // Reaching a few rows, or none, they answer over all 240 MB, as they do without the rule.
+    for (f, total) in [
+        ("length(lag(s, 3) OVER ())", 239_992_800),
+        (
+            "count(s) OVER (ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING)",
+            299_998,
+        ),
+        ("length(first_value(s) OVER (ORDER BY value))", 240_000_000),
+        ("length(last_value(s) OVER (ORDER BY value))", 240_000_000),
+        (
+            "count(s) OVER (ORDER BY value RANGE BETWEEN 10 PRECEDING AND 10 FOLLOWING)",
+            2_099_890,
+        ),
+        ("row_number() OVER (ORDER BY value)", 5_000_050_000),
+    ] {
+        let sql = format!("SELECT CAST({f} AS BIGINT) FROM wide");
+        for guarded in [true, false] {
+            let got = run_wide(guarded, &sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql} ({guarded}): {e}"));
+            assert_eq!(sum(&got), total, "{sql} ({guarded})");
+        }
+    }
+}
+
+/// The RESOURCE_EXHAUSTED status somewhere in `e`'s chain.
+fn status_of(e: &datafusion::common::DataFusionError) -> Option<&tonic::Status> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = next {
+        if let Some(status) = error.downcast_ref::<tonic::Status>() {
+            return Some(status);
+        }
+        next = error.source();
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_running_aggregate_counts_its_own_partition() {
+    // 1,000 partitions of 100 rows: each value holds at most 100 numbers, though the input
+    // holds 100,000 (a whole-input measure would refuse it).
+    let sql = "SELECT CAST(cardinality(array_agg(value) OVER (PARTITION BY value % 1000 \
+               ORDER BY value)) AS BIGINT) FROM generate_series(1, 100000)";
+    assert_eq!(sum(&run(true, sql).await.unwrap()), 5_050_000);
+    // One partition of them all still grows past the budget.
+    refused(
+        "SELECT cardinality(array_agg(value) OVER (PARTITION BY value % 1 ORDER BY value)) \
+         FROM generate_series(1, 100000)",
+        "array_agg",
     )
     .await;
 }

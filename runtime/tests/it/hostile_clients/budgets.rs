@@ -214,6 +214,17 @@ fn no_statement_outgrows_the_query_budget() {
         ),
         "j\n200000000\n"
     );
+    // A window over 1 GB (twice what the endpoints may hold) that reaches one row each way
+    // holds a batch at a time.
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT sum(c) AS c FROM (SELECT count(s) OVER (ROWS BETWEEN 1 PRECEDING AND \
+             1 FOLLOWING) AS c FROM (SELECT repeat(arrow_cast('y', 'Utf8'), 2000 + value % 2) \
+             AS s FROM generate_series(1, 500000)))"
+        ),
+        "c\n1499998\n"
+    );
     assert_within_memory(&lake);
 }
 
@@ -346,6 +357,17 @@ fn beyond_functions() -> Vec<String> {
             "SELECT length(first_value(s) OVER (ROWS BETWEEN CURRENT ROW AND 1000000 \
              FOLLOWING)) FROM (SELECT repeat('y', 30000) || CAST(value AS VARCHAR) AS s \
              FROM generate_series(1, 100000))",
+        ),
+        // Window functions keep the rows behind the current one, whatever they return: the
+        // last 1,000,000 rows of 5 KB (5 GB of them here), each batch within the budget.
+        String::from(
+            "SELECT length(lag(s, 1000000) OVER ()) FROM (SELECT repeat(arrow_cast('y', 'Utf8'), \
+             5000 + value % 2) AS s FROM generate_series(1, 1000000))",
+        ),
+        String::from(
+            "SELECT count(s) OVER (ROWS BETWEEN 1000000 PRECEDING AND CURRENT ROW) FROM \
+             (SELECT repeat(arrow_cast('y', 'Utf8'), 5000 + value % 2) AS s \
+             FROM generate_series(1, 1000000))",
         ),
         // A running array_agg holds every row before it: 200,000 rows, 160 GB.
         String::from(

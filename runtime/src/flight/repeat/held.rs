@@ -1,0 +1,353 @@
+//! What a bounded window operator holds while it runs.
+//!
+//! `BoundedWindowAggExec` keeps, in each open partition, the rows a frame still reaches back to
+//! (`lag(s, 1000000)`, `ROWS BETWEEN 1000000 PRECEDING …`, a `RANGE` of values) and the rows
+//! whose frames are not complete yet (`… AND 1000 FOLLOWING`, `lead`, a peer group), and emits
+//! a row once every function has its value. None of it is counted in a memory pool. [`Held`]
+//! replays that bookkeeping on the batches the operator is about to take, with DataFusion's own
+//! frame arithmetic (`WindowFrameContext`, each function's `get_range` and `memoize`), so that
+//! the guard can reserve what the operator will hold before it holds it.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use arrow::compute::{concat, partition};
+use arrow::datatypes::DataType;
+use datafusion::common::{Result, ScalarValue};
+use datafusion::logical_expr::PartitionEvaluator;
+use datafusion::logical_expr::WindowFrameUnits;
+use datafusion::logical_expr::window_state::{WindowAggState, WindowFrameContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::window::StandardWindowFunctionExpr;
+use datafusion::physical_plan::windows::{
+    PlainAggregateWindowExpr, StandardWindowExpr, WindowExpr,
+};
+
+/// One stream's replay of a window operator's buffers (partitions arrive one after another:
+/// the operator's input is sorted on its `PARTITION BY` keys, or it has none).
+pub(super) struct Held {
+    partition_by: Vec<Arc<dyn PhysicalExpr>>,
+    reaches: Vec<Reach>,
+    /// The open partition's key.
+    key: Option<Vec<ScalarValue>>,
+    /// The open partition's rows still held, in the order they came.
+    chunks: VecDeque<Chunk>,
+    rows: usize,
+    /// Of those, the rows already emitted (held only because a frame reaches back to them).
+    emitted: usize,
+    /// Everything the open partition was given (what a running `array_agg` may hold).
+    partition_bytes: i64,
+}
+
+/// What taking one batch costs the operator.
+pub(super) struct Step {
+    /// Bytes of input rows it holds at once.
+    pub held: i64,
+    pub held_rows: usize,
+    /// Rows it emits in one batch.
+    pub emitted: usize,
+    /// Bytes the open partition was given so far.
+    pub partition_bytes: i64,
+}
+
+/// Rows of one input batch: their count, their bytes, the widest and the narrowest of them.
+struct Chunk {
+    rows: usize,
+    bytes: i64,
+    widest: i64,
+    narrowest: i64,
+}
+
+/// How far one window function reaches from each row, replayed as the operator computes it.
+struct Reach {
+    /// The function's own evaluator: its range (`lag`, `lead`) or its pruning (`first_value`),
+    /// made afresh for each partition.
+    function: Option<Arc<dyn StandardWindowFunctionExpr>>,
+    evaluator: Option<Box<dyn PartitionEvaluator>>,
+    /// Whether rows are computed by the frame (else by the evaluator's `get_range`).
+    frame: bool,
+    causal: bool,
+    /// `UNBOUNDED PRECEDING`: an aggregate keeps only its accumulator; a `first_value` keeps
+    /// what its `memoize` keeps.
+    unbounded_start: bool,
+    aggregate: bool,
+    /// Values of `ORDER BY` for `RANGE` and `GROUPS` frames, one per held row.
+    order_by: Vec<Arc<dyn PhysicalExpr>>,
+    keys: Vec<ArrayRef>,
+    state: WindowAggState,
+    template: WindowAggState,
+}
+
+impl Held {
+    pub(super) fn new(exprs: &[Arc<dyn WindowExpr>]) -> Result<Self> {
+        let reaches = exprs
+            .iter()
+            .map(|e| Reach::new(e.as_ref()))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            partition_by: exprs
+                .first()
+                .map(|e| e.partition_by().to_vec())
+                .unwrap_or_default(),
+            reaches,
+            key: None,
+            chunks: VecDeque::new(),
+            rows: 0,
+            emitted: 0,
+            partition_bytes: 0,
+        })
+    }
+
+    /// Takes `batch`, whose rows take `sizes` bytes each.
+    pub(super) fn admit(&mut self, batch: &RecordBatch, sizes: &[i64]) -> Result<Step> {
+        let n = batch.num_rows();
+        let keys = self
+            .partition_by
+            .iter()
+            .map(|e| e.evaluate(batch)?.into_array(n))
+            .collect::<Result<Vec<_>>>()?;
+        let segments: Vec<Range<usize>> = if keys.is_empty() {
+            vec![Range { start: 0, end: n }]
+        } else {
+            partition(&keys)?.ranges()
+        };
+        let mut step = Step {
+            held: 0,
+            held_rows: 0,
+            emitted: 0,
+            partition_bytes: 0,
+        };
+        for segment in segments {
+            if !keys.is_empty() {
+                let key = keys
+                    .iter()
+                    .map(|k| ScalarValue::try_from_array(k, segment.start))
+                    .collect::<Result<Vec<_>>>()?;
+                if self.key.as_ref() != Some(&key) {
+                    // The open partition ended: the operator emits what it had not.
+                    step.emitted += self.rows - self.emitted;
+                    self.reset()?;
+                    self.key = Some(key);
+                }
+            }
+            let rows = batch.slice(segment.start, segment.len());
+            self.take(&rows, &sizes[segment])?;
+            // Everything held counts until the operator prunes it after emitting.
+            step.held = step.held.saturating_add(self.bytes());
+            step.held_rows += self.rows;
+            let computed = self
+                .reaches
+                .iter()
+                .map(|r| r.state.last_calculated_index)
+                .min()
+                .unwrap_or(self.rows);
+            step.emitted += computed - self.emitted;
+            self.emitted = computed;
+            step.partition_bytes = self.partition_bytes;
+            let prune = self
+                .reaches
+                .iter()
+                .map(Reach::needed)
+                .min()
+                .unwrap_or(self.rows);
+            self.prune(prune);
+        }
+        Ok(step)
+    }
+
+    fn take(&mut self, rows: &RecordBatch, sizes: &[i64]) -> Result<()> {
+        let bytes = sizes.iter().copied().fold(0i64, i64::saturating_add);
+        self.chunks.push_back(Chunk {
+            rows: sizes.len(),
+            bytes,
+            widest: sizes.iter().copied().max().unwrap_or(0),
+            narrowest: sizes.iter().copied().min().unwrap_or(0),
+        });
+        self.rows += sizes.len();
+        self.partition_bytes = self.partition_bytes.saturating_add(bytes);
+        for reach in &mut self.reaches {
+            reach.take(rows, self.rows)?;
+        }
+        Ok(())
+    }
+
+    /// The held rows, and this replay's own copy of their `ORDER BY` values.
+    fn bytes(&self) -> i64 {
+        let keys = self
+            .reaches
+            .iter()
+            .flat_map(|r| &r.keys)
+            .map(|k| k.get_array_memory_size() as i64);
+        self.chunks
+            .iter()
+            .map(|c| c.bytes)
+            .chain(keys)
+            .fold(0i64, i64::saturating_add)
+    }
+
+    /// Drops the first `n` held rows, as the operator does once no function needs them.
+    fn prune(&mut self, n: usize) {
+        let mut left = n;
+        while left > 0 {
+            let Some(chunk) = self.chunks.front_mut() else {
+                break;
+            };
+            if chunk.rows <= left {
+                left -= chunk.rows;
+                self.chunks.pop_front();
+            } else {
+                // What is left of a chunk takes at most its widest row per row, and at most
+                // the chunk less its narrowest rows.
+                chunk.rows -= left;
+                let fewer = chunk
+                    .bytes
+                    .saturating_sub(chunk.narrowest.saturating_mul(left as i64));
+                chunk.bytes = fewer.min(chunk.widest.saturating_mul(chunk.rows as i64));
+                left = 0;
+            }
+        }
+        self.rows -= n;
+        self.emitted -= n;
+        for reach in &mut self.reaches {
+            reach.prune(n);
+        }
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        self.chunks.clear();
+        self.rows = 0;
+        self.emitted = 0;
+        self.partition_bytes = 0;
+        for reach in &mut self.reaches {
+            reach.reset()?;
+        }
+        Ok(())
+    }
+}
+
+impl Reach {
+    fn new(expr: &dyn WindowExpr) -> Result<Self> {
+        let window_frame = Arc::clone(expr.get_window_frame());
+        let function = expr
+            .as_any()
+            .downcast_ref::<StandardWindowExpr>()
+            .map(|s| Arc::clone(s.get_standard_func_expr()));
+        let evaluator = function
+            .as_ref()
+            .map(|f| f.create_evaluator())
+            .transpose()?;
+        let frame = evaluator.as_ref().is_none_or(|e| e.uses_window_frame());
+        let causal = match &evaluator {
+            Some(e) if !e.uses_window_frame() => e.is_causal(),
+            _ => window_frame.is_causal(),
+        };
+        let order_by = if frame && window_frame.units != WindowFrameUnits::Rows {
+            expr.order_by()
+                .iter()
+                .map(|o| Arc::clone(&o.expr))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut state = WindowAggState::new(&DataType::Null)?;
+        if frame {
+            let sort_options = expr.order_by().iter().map(|o| o.options).collect();
+            state.window_frame_ctx = Some(WindowFrameContext::new(
+                Arc::clone(&window_frame),
+                sort_options,
+            ));
+        }
+        Ok(Self {
+            function,
+            evaluator,
+            frame,
+            causal,
+            unbounded_start: window_frame.start_bound.is_unbounded(),
+            aggregate: expr.as_any().is::<PlainAggregateWindowExpr>(),
+            keys: vec![],
+            order_by,
+            template: state.clone(),
+            state,
+        })
+    }
+
+    /// Takes the next rows of the partition (`rows` in all now) and computes what it can, as
+    /// `StandardWindowExpr` and the aggregate window expressions do.
+    fn take(&mut self, batch: &RecordBatch, rows: usize) -> Result<()> {
+        if !self.order_by.is_empty() {
+            let mut keys = Vec::with_capacity(self.order_by.len());
+            for (i, e) in self.order_by.iter().enumerate() {
+                let new = e.evaluate(batch)?.into_array(batch.num_rows())?;
+                keys.push(match self.keys.get(i) {
+                    Some(old) if !old.is_empty() => concat(&[old.as_ref(), new.as_ref()])?,
+                    _ => new,
+                });
+            }
+            self.keys = keys;
+        }
+        let before = self.state.last_calculated_index;
+        let WindowAggState {
+            window_frame_range,
+            window_frame_ctx,
+            last_calculated_index,
+            ..
+        } = &mut self.state;
+        for idx in *last_calculated_index..rows {
+            let range = match (window_frame_ctx.as_mut(), &self.evaluator) {
+                (Some(ctx), _) => ctx.calculate_range(&self.keys, window_frame_range, rows, idx)?,
+                (None, Some(e)) => e.get_range(idx, rows)?,
+                (None, None) => idx..idx + 1,
+            };
+            // It waits for the rows its frame reaches past the last one it was given.
+            if range.end == rows && !self.causal {
+                break;
+            }
+            *window_frame_range = range;
+            *last_calculated_index = idx + 1;
+        }
+        if self.frame && self.unbounded_start {
+            if self.aggregate {
+                // An accumulator that never retracts: the rows behind are not needed.
+                let end = self.state.window_frame_range.end;
+                self.state.window_frame_range.start = end.saturating_sub(1);
+            } else if let Some(evaluator) = &mut self.evaluator {
+                let computed = self.state.last_calculated_index - before;
+                self.state.out_col = new_null_array(&DataType::Null, computed);
+                evaluator.memoize(&mut self.state)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The first row it still needs, as the operator counts it.
+    fn needed(&self) -> usize {
+        self.state
+            .window_frame_range
+            .start
+            .min(self.state.last_calculated_index)
+    }
+
+    fn prune(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.state.prune_state(n);
+        for k in &mut self.keys {
+            *k = k.slice(n, k.len() - n);
+        }
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        self.state = self.template.clone();
+        self.keys.clear();
+        // A function's own state (what `first_value` found) belongs to its partition.
+        self.evaluator = self
+            .function
+            .as_ref()
+            .map(|f| f.create_evaluator())
+            .transpose()?;
+        Ok(())
+    }
+}

@@ -114,14 +114,26 @@ pub async fn issued(
                 .ok()
                 .map(|s| s.saturating_add(LEGACY_VALIDITY.as_secs()))
         });
-        let newest_ca = cm
+        let cas = cm
             .data
             .as_ref()
             .and_then(|d| d.get(CA_KEY))
-            .and_then(|bundle| ca_expiry(bundle));
+            .map(|bundle| ca_validity(bundle))
+            .unwrap_or_default();
+        let newest = cas.first().copied().flatten();
         Issued {
             generation: annotation(GENERATION).parse().unwrap_or(0),
-            expires: expiry(annotation(EXPIRES).parse().ok(), newest_ca, legacy),
+            expires: expiry(
+                annotation(EXPIRES).parse().ok(),
+                newest.map(|(_, not_after)| not_after),
+                legacy,
+            ),
+            published: newest.map(|(not_before, _)| not_before.min(now())),
+            before_expires: cas
+                .get(1)
+                .copied()
+                .flatten()
+                .map(|(_, not_after)| not_after),
         }
     }))
 }
@@ -139,54 +151,57 @@ fn expiry(annotation: Option<u64>, newest_ca: Option<u64>, legacy: Option<u64>) 
     }
 }
 
-/// The `notAfter` (seconds since the epoch) of the first certificate of a PEM bundle, if it
-/// parses as one.
-fn ca_expiry(bundle: &str) -> Option<u64> {
+/// The `notBefore` and `notAfter` (seconds since the epoch) of each certificate of a PEM
+/// bundle, newest first, where it parses as one.
+fn ca_validity(bundle: &str) -> Vec<Option<(u64, u64)>> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    let first = CertificateDer::pem_slice_iter(bundle.as_bytes())
-        .next()?
-        .ok()?;
-    not_after(&first)
+    CertificateDer::pem_slice_iter(bundle.as_bytes())
+        .map(|der| der.ok().and_then(|der| validity_of(&der)))
+        .collect()
 }
 
-/// A DER certificate's `notAfter`: `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE {
-/// [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE { notBefore,
-/// notAfter }, … }, signatureAlgorithm, signatureValue }` (RFC 5280).
-fn not_after(der: &[u8]) -> Option<u64> {
+/// A DER certificate's `notBefore` and `notAfter`: `Certificate ::= SEQUENCE { tbsCertificate
+/// SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE {
+/// notBefore, notAfter }, … }, signatureAlgorithm, signatureValue }` (RFC 5280).
+fn validity_of(der: &[u8]) -> Option<(u64, u64)> {
     use yasna::Tag;
-    let seconds = yasna::parse_der(der, |r| {
+    let time = |r: yasna::BERReader| {
+        let time = r.read_tagged_der()?;
+        let parsed = match time.tag() {
+            yasna::tags::TAG_UTCTIME => {
+                yasna::models::UTCTime::parse(time.value()).map(|t| t.datetime().unix_timestamp())
+            }
+            yasna::tags::TAG_GENERALIZEDTIME => yasna::models::GeneralizedTime::parse(time.value())
+                .map(|t| t.datetime().unix_timestamp()),
+            _ => None,
+        };
+        parsed.ok_or_else(|| yasna::ASN1Error::new(yasna::ASN1ErrorKind::Invalid))
+    };
+    let (not_before, not_after) = yasna::parse_der(der, |r| {
         r.read_sequence(|r| {
-            let not_after = r.next().read_sequence(|r| {
+            let validity = r.next().read_sequence(|r| {
                 r.read_optional(|r| r.read_tagged(Tag::context(0), |r| r.read_der()))?;
                 for _serial_signature_issuer in 0..3 {
                     r.next().read_der()?;
                 }
-                let not_after = r.next().read_sequence(|r| {
-                    r.next().read_der()?;
-                    let time = r.next().read_tagged_der()?;
-                    let parsed = match time.tag() {
-                        yasna::tags::TAG_UTCTIME => yasna::models::UTCTime::parse(time.value())
-                            .map(|t| t.datetime().unix_timestamp()),
-                        yasna::tags::TAG_GENERALIZEDTIME => {
-                            yasna::models::GeneralizedTime::parse(time.value())
-                                .map(|t| t.datetime().unix_timestamp())
-                        }
-                        _ => None,
-                    };
-                    parsed.ok_or_else(|| yasna::ASN1Error::new(yasna::ASN1ErrorKind::Invalid))
-                })?;
+                let validity = r
+                    .next()
+                    .read_sequence(|r| Ok((time(r.next())?, time(r.next())?)))?;
                 // subject, subjectPublicKeyInfo, the optional unique ids and extensions.
                 while r.read_optional(|r| r.read_der())?.is_some() {}
-                Ok(not_after)
+                Ok(validity)
             })?;
             r.next().read_der()?;
             r.next().read_der()?;
-            Ok(not_after)
+            Ok(validity)
         })
     })
     .ok()?;
-    u64::try_from(seconds).ok()
+    Some((
+        u64::try_from(not_before).ok()?,
+        u64::try_from(not_after).ok()?,
+    ))
 }
 
 /// The CA certificate (PEM) and the Secret's data: every role's certificate and key, and the CA.
@@ -391,19 +406,28 @@ mod tests {
             certs: vec![("query".into(), vec!["q".into()])],
         };
         let (ca, data) = issue(&plan, "ns/dev").unwrap();
-        let expires = ca_expiry(&ca).unwrap();
+        let newest = |bundle: &str| ca_validity(bundle).first().copied().flatten();
+        let (issued, expires) = newest(&ca).unwrap();
         assert!(
             expires.abs_diff(now() + VALID_FOR.as_secs()) < 60,
             "{expires}"
         );
-        // A bundle's first certificate is its newest CA; a leaf expires with it.
+        assert!(
+            issued.abs_diff(now() - SKEW.whole_seconds() as u64) < 60,
+            "{issued}"
+        );
+        // A bundle's first certificate is its newest CA, the next the one before; a leaf
+        // expires with it.
         let older = issue(&plan, "ns/dev").unwrap().0;
-        assert_eq!(ca_expiry(&bundle(&ca, Some(&older))), Some(expires));
+        let both = ca_validity(&bundle(&ca, Some(&older)));
+        assert_eq!(both.len(), 2);
+        assert_eq!(both[0].map(|v| v.1), Some(expires));
+        assert!(both[1].is_some());
         let leaf = String::from_utf8(data["query.crt"].0.clone()).unwrap();
-        assert!(ca_expiry(&leaf).unwrap().abs_diff(expires) < 60);
-        assert_eq!(ca_expiry("not a certificate"), None);
+        assert!(newest(&leaf).unwrap().1.abs_diff(expires) < 60);
+        assert!(ca_validity("not a certificate").is_empty());
         let garbage = "-----BEGIN CERTIFICATE-----\nMAMCAQE=\n-----END CERTIFICATE-----\n";
-        assert_eq!(ca_expiry(garbage), None);
+        assert_eq!(ca_validity(garbage), vec![None]);
         // The annotation may bring renewal forward, never past the certificate.
         assert_eq!(expiry(Some(u64::MAX), Some(expires), None), Some(expires));
         assert_eq!(expiry(Some(0), Some(expires), None), Some(0));

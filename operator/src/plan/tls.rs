@@ -5,9 +5,10 @@
 //! once the certificates are signed, so nobody — not even the operator — can sign another
 //! certificate this cluster's clients would trust.
 //!
-//! Certificates are valid for [`VALID_FOR`] and renewed [`RENEW_BEFORE`] their expiry: each
-//! renewal is a new *generation* — a new CA and new certificates in a Secret of their own
-//! ([`secret_name`]), the pods rolled onto it — so a renewal is also a CA rotation. The CA
+//! Certificates are valid for [`VALID_FOR`]; each renewal is a new *generation* — a new CA and
+//! new certificates in a Secret of their own, published [`PUBLISH_BEFORE`] the served one
+//! expires, the pods rolled onto it a month later ([`generations`]) — so a renewal is also a CA
+//! rotation that clients learn of before it is served. The CA
 //! ConfigMap's `ca.crt` holds the new CA and the ones before it (up to [`CA_BUNDLE`]), so
 //! clients that re-read it trust old and new pods alike while they roll. Which generation is
 //! current, and when it expires, is recorded on the ConfigMap ([`GENERATION`], [`EXPIRES`]).
@@ -31,29 +32,90 @@ pub const GENERATION: &str = "lake.dev/tls-generation";
 pub const EXPIRES: &str = "lake.dev/tls-expires";
 /// How long certificates are valid from their issue.
 pub const VALID_FOR: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
-/// How long before their expiry they are renewed.
+/// How long before the served generation's expiry the next one is published: its CA joins
+/// `ca.crt` and its Secret is created, while the pods keep serving the one before, so that
+/// clients that read `ca.crt` now and then trust the next certificates before any pod serves
+/// them.
+pub const PUBLISH_BEFORE: std::time::Duration = std::time::Duration::from_secs(60 * 24 * 3600);
+/// How long before their expiry the pods move onto the next generation (issued then, if it was
+/// not published before: a forced rotation, or an operator that was not running).
 pub const RENEW_BEFORE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 /// CA certificates `ca.crt` keeps: the current one and those before it.
 pub const CA_BUNDLE: usize = 3;
 
-/// The generation the CA ConfigMap records, and when its certificates expire (`None`: not
-/// recorded, as by operators before renewal existed).
+/// The newest generation the CA ConfigMap records, when its certificates expire (`None`: not
+/// recorded, as by operators before renewal existed), when it was published (its CA's
+/// `notBefore`) and when the generation before it expires (the next CA's `notAfter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Issued {
     pub generation: u32,
     pub expires: Option<u64>,
+    pub published: Option<u64>,
+    pub before_expires: Option<u64>,
 }
 
-/// The generation to serve at `now` (seconds since the epoch): the issued one, or the next once
-/// it is within [`RENEW_BEFORE`] of its expiry (or its expiry is unknown).
-pub fn generation_to_serve(issued: Option<Issued>, now: u64) -> u32 {
-    match issued {
-        None => 0,
-        Some(Issued {
-            generation,
-            expires: Some(expires),
-        }) if now.saturating_add(RENEW_BEFORE.as_secs()) < expires => generation,
-        Some(Issued { generation, .. }) => generation.saturating_add(1),
+/// The generation whose CA and Secret must exist, and the one the pods mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generations {
+    pub publish: u32,
+    pub serve: u32,
+}
+
+/// The generations at `now` (seconds since the epoch), given what the CA ConfigMap records and
+/// the generation the pods were last given (`serving`, from status).
+///
+/// The next generation is published [`PUBLISH_BEFORE`] the served one expires and served
+/// [`PUBLISH_BEFORE`] − [`RENEW_BEFORE`] after that (or [`RENEW_BEFORE`] before the served
+/// one expires, if that comes first), so clients have that long to read its CA. Within
+/// [`RENEW_BEFORE`] of the newest generation's expiry (an expiry brought forward, `0` for a
+/// suspected compromise), the next one is published and served at once.
+pub fn generations(issued: Option<Issued>, serving: Option<u32>, now: u64) -> Generations {
+    let at = |g| Generations {
+        publish: g,
+        serve: g,
+    };
+    let Some(Issued {
+        generation: newest,
+        expires,
+        published,
+        before_expires,
+    }) = issued
+    else {
+        // Nothing recorded (a deleted CA ConfigMap forgets it): never below what the pods
+        // were last given.
+        return at(serving.unwrap_or(0));
+    };
+    let serving = serving.unwrap_or(newest);
+    if serving > newest {
+        return at(serving);
+    }
+    let due = |expires: Option<u64>, before: std::time::Duration| {
+        expires.is_none_or(|e| now.saturating_add(before.as_secs()) >= e)
+    };
+    let lead = PUBLISH_BEFORE.saturating_sub(RENEW_BEFORE).as_secs();
+    if due(expires, RENEW_BEFORE) {
+        at(newest.saturating_add(1))
+    } else if serving < newest {
+        // Published ahead: served once clients had the lead to read its CA, or once the
+        // generation served nears its own expiry (unknown unless it is the one just before).
+        let served_expires = before_expires.filter(|_| serving.saturating_add(1) == newest);
+        if published.is_none_or(|p| now >= p.saturating_add(lead))
+            || due(served_expires, RENEW_BEFORE)
+        {
+            at(newest)
+        } else {
+            Generations {
+                publish: newest,
+                serve: serving,
+            }
+        }
+    } else if due(expires, PUBLISH_BEFORE) {
+        Generations {
+            publish: newest.saturating_add(1),
+            serve: serving,
+        }
+    } else {
+        at(newest)
     }
 }
 
@@ -67,11 +129,16 @@ pub fn files() -> (String, String) {
     (format!("{TLS_DIR}/tls.crt"), format!("{TLS_DIR}/tls.key"))
 }
 
-/// The Secret holding every role's certificate and key, and the CA certificate, of the current
-/// generation. Not `<name>-tls`: that is what cert-manager users commonly name their own
-/// Secrets.
+/// The Secret holding every role's certificate and key, and the CA certificate, of the
+/// generation the pods serve. Not `<name>-tls`: that is what cert-manager users commonly name
+/// their own Secrets.
 pub fn secret_name(cluster: &ValidatedCluster) -> String {
-    match cluster.tls_generation {
+    generation_secret_name(cluster, cluster.tls_generation)
+}
+
+/// The Secret of `generation`.
+fn generation_secret_name(cluster: &ValidatedCluster, generation: u32) -> String {
+    match generation {
         0 => format!("{}-lake-tls", cluster.name),
         n => format!("{}-lake-tls-{n}", cluster.name),
     }
@@ -108,6 +175,7 @@ pub fn dns_names(cluster: &ValidatedCluster, role: Role) -> Vec<String> {
 pub struct TlsPlan {
     /// The generation whose Secret this is.
     pub generation: u32,
+    /// Its Secret (the pods may still mount the one before: see [`generations`]).
     pub secret: ObjectMeta,
     pub ca_config_map: ObjectMeta,
     /// Each certificate's stem (see [`cert_key`]) and the names it carries.
@@ -116,9 +184,13 @@ pub struct TlsPlan {
 
 pub fn tls(cluster: &ValidatedCluster) -> Option<TlsPlan> {
     (cluster.tls == TlsMode::Operator).then(|| TlsPlan {
-        generation: cluster.tls_generation,
+        generation: cluster.tls_publish,
         // Both serve both roles; `meta_named` wants one for the component label.
-        secret: meta_named(cluster, Role::Metadata, secret_name(cluster)),
+        secret: meta_named(
+            cluster,
+            Role::Metadata,
+            generation_secret_name(cluster, cluster.tls_publish),
+        ),
         ca_config_map: meta_named(cluster, Role::Query, ca_config_map_name(cluster)),
         certs: match &cluster.local_volume {
             // One process serves both endpoints with one certificate.
@@ -141,25 +213,91 @@ pub fn tls(cluster: &ValidatedCluster) -> Option<TlsPlan> {
 mod tests {
     use super::*;
 
+    const DAY: u64 = 24 * 3600;
+
+    fn issued(generation: u32, expires: Option<u64>, published: Option<u64>) -> Option<Issued> {
+        Some(Issued {
+            generation,
+            expires,
+            published,
+            before_expires: None,
+        })
+    }
+
+    fn gens(publish: u32, serve: u32) -> Generations {
+        Generations { publish, serve }
+    }
+
     #[test]
     fn a_generation_is_renewed_thirty_days_before_its_expiry() {
-        let day = 24 * 3600;
-        let now = 1_000 * day;
-        let issued = |generation, expires| {
+        let now = 1_000 * DAY;
+        let at = |g| gens(g, g);
+        assert_eq!(generations(None, None, now), at(0));
+        // A deleted CA ConfigMap: the pods keep what they were given.
+        assert_eq!(generations(None, Some(3), now), at(3));
+        assert_eq!(
+            generations(issued(0, Some(now + 300 * DAY), None), Some(0), now),
+            at(0)
+        );
+        assert_eq!(
+            generations(issued(4, Some(now + 29 * DAY), None), Some(4), now),
+            at(5)
+        );
+        assert_eq!(
+            generations(issued(4, Some(now - DAY), None), Some(4), now),
+            at(5)
+        );
+        // Issued before expiries were recorded: renewed now.
+        assert_eq!(generations(issued(0, None, None), None, now), at(1));
+    }
+
+    #[test]
+    fn the_next_ca_is_published_a_month_before_the_pods_serve_it() {
+        let now = 1_000 * DAY;
+        // 59 days before expiry: published, not served.
+        assert_eq!(
+            generations(issued(4, Some(now + 59 * DAY), None), Some(4), now),
+            gens(5, 4)
+        );
+        assert_eq!(
+            generations(issued(4, Some(now + 61 * DAY), None), Some(4), now),
+            gens(4, 4)
+        );
+        // Published 10 days ago (it expires in a year): still the one before served …
+        let next = |before_expires| {
             Some(Issued {
-                generation,
-                expires,
+                generation: 5,
+                expires: Some(now + 355 * DAY),
+                published: Some(now - 10 * DAY),
+                before_expires,
             })
         };
-        assert_eq!(generation_to_serve(None, now), 0);
         assert_eq!(
-            generation_to_serve(issued(0, Some(now + 300 * day)), now),
-            0
+            generations(next(Some(now + 50 * DAY)), Some(4), now),
+            gens(5, 4)
         );
-        assert_eq!(generation_to_serve(issued(4, Some(now + 31 * day)), now), 4);
-        assert_eq!(generation_to_serve(issued(4, Some(now + 29 * day)), now), 5);
-        assert_eq!(generation_to_serve(issued(4, Some(now - day)), now), 5);
-        // Issued before expiries were recorded: renewed now.
-        assert_eq!(generation_to_serve(issued(0, None), now), 1);
+        // … unless that one expires within 30 days (published late: a pass failed), or its
+        // expiry is unknown …
+        assert_eq!(
+            generations(next(Some(now + 20 * DAY)), Some(4), now),
+            gens(5, 5)
+        );
+        assert_eq!(generations(next(None), Some(4), now), gens(5, 5));
+        assert_eq!(
+            generations(next(Some(now + 50 * DAY)), Some(3), now),
+            gens(5, 5)
+        );
+        // … and 30 days after its publication, it is.
+        let next = issued(5, Some(now + 335 * DAY), Some(now - 30 * DAY));
+        assert_eq!(generations(next, Some(4), now), gens(5, 5));
+        // An expiry brought forward while it waits (a suspected compromise): the one after,
+        // at once.
+        let forced = issued(5, Some(0), Some(now - 10 * DAY));
+        assert_eq!(generations(forced, Some(4), now), gens(6, 6));
+        // Status ahead of the ConfigMap (it was replaced): never below what the pods have.
+        assert_eq!(
+            generations(issued(2, Some(now + 300 * DAY), None), Some(4), now),
+            gens(4, 4)
+        );
     }
 }

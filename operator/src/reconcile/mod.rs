@@ -308,21 +308,20 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
             return Err(e.into());
         }
     };
-    // The certificates' generation: the one issued, or the next once it nears its expiry (the
-    // pods then mount the new generation's Secret, which the workloads step issues).
+    // The certificates' generations: the one the pods mount, and the next one once it is
+    // published ahead of them (the workloads step issues it; see `plan::tls::generations`).
     let mut validated = validated;
     if let Some(tls) = plan::tls::tls(&validated) {
         match apply::tls::issued(&ctx.client, &validated.namespace, &tls).await {
             Ok(issued) => {
-                // Never below what the pods were last given (a deleted CA ConfigMap forgets it).
-                let recorded = cluster
+                let serving = cluster
                     .status
                     .as_ref()
                     .and_then(|s| s.tls.as_ref())
-                    .and_then(|t| plan::tls::generation_of(&validated, &t.secret))
-                    .unwrap_or(0);
-                validated.tls_generation =
-                    plan::tls::generation_to_serve(issued, apply::tls::now()).max(recorded);
+                    .and_then(|t| plan::tls::generation_of(&validated, &t.secret));
+                let generations = plan::tls::generations(issued, serving, apply::tls::now());
+                validated.tls_generation = generations.serve;
+                validated.tls_publish = generations.publish;
             }
             Err(e) => {
                 let checks = [

@@ -97,9 +97,11 @@ pub(super) async fn workloads_step(
     let mut tls = None;
     if let Some(plan) = created_once.tls {
         let secret = plan::tls::secret_name(validated);
-        // Until the status records this generation's Secret (a renewal names a new one).
+        // Until the status records the newest generation's Secret as the one served (a renewal
+        // names a new one; one published ahead of the pods is checked on every pass, cheaply).
+        let published = plan.secret.name.as_deref().unwrap_or_default();
         if must_create(cluster, |s| {
-            s.tls.as_ref().is_some_and(|t| t.secret == secret)
+            s.tls.as_ref().is_some_and(|t| t.secret == published)
         }) {
             match apply::tls::ensure(&ctx.client, &validated.namespace, &validated.name, plan).await
             {

@@ -44,6 +44,10 @@ pub struct ValidatedCluster {
     /// the spec; reconcile reads it from the CA ConfigMap (0 for `render`).
     #[serde(skip_serializing_if = "is_zero")]
     pub tls_generation: u32,
+    /// The newest generation whose CA and Secret must exist: the one the pods mount, or the next
+    /// one, published ahead of them.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tls_publish: u32,
     /// The PersistentVolumeClaim of a local (development) lake; `None` on S3.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_volume: Option<LocalVolume>,
@@ -275,6 +279,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             paused: spec.paused,
             tls: spec.tls,
             tls_generation: 0,
+            tls_publish: 0,
             local_volume: spec.storage.local.as_ref().map(|local| LocalVolume {
                 size: local.size.clone(),
                 storage_class_name: local.storage_class_name.clone(),

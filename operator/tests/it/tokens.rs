@@ -8,7 +8,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use lake_testkit::unique;
 use serde_json::json;
 
-use super::reconcile::{NS, cluster_yaml, create_roles, harness};
+use super::reconcile::{Harness, NS, cluster_yaml, create_roles, harness};
 
 /// One pass whose outcome may be an error (a terminal condition is still Ok).
 async fn reconcile_once(h: &super::reconcile::Harness, cluster: lake_operator::crd::LakeCluster) {
@@ -352,11 +352,7 @@ async fn renewal_follows_the_certificate_not_the_annotation() {
     let ca_name = format!("{name}-lake-ca");
     let published = ca_maps.get(&ca_name).await.unwrap();
     let bundle = published.data.unwrap()["ca.crt"].clone();
-    let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(10);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let expiring = params.self_signed(&key).unwrap().pem();
+    let expiring = ca_expiring_in_10_days();
     let ten_years = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -390,23 +386,83 @@ async fn renewal_follows_the_certificate_not_the_annotation() {
     );
 }
 
+/// The next CA is published before any pod serves a certificate it signed: 60 days before the
+/// served generation expires, its CA joins `ca.crt` and its Secret is created while the pods keep
+/// the generation they have; they move onto it 30 days later, or once the generation they serve
+/// nears its own expiry.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_ca_is_published_before_the_pods_serve_it() {
+    let (h, name, now, ca_maps, secrets) = tls_cluster("prepublish").await;
+    let ca_name = format!("{name}-lake-ca");
+    let old_ca = ca_maps.get(&ca_name).await.unwrap().data.unwrap()["ca.crt"].clone();
+    let patch = |body: serde_json::Value| {
+        let ca_maps = ca_maps.clone();
+        let ca_name = ca_name.clone();
+        async move {
+            ca_maps
+                .patch(
+                    &ca_name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&body),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // 45 days before expiry: published, not served.
+    let in_45_days = now + 45 * 24 * 3600;
+    patch(json!({"metadata": {"annotations": {"lake.dev/tls-expires": in_45_days.to_string()}}}))
+        .await;
+    h.reconcile().await;
+    let next = secrets.get(&format!("{name}-lake-tls-1")).await.unwrap();
+    let new_ca = String::from_utf8(next.data.unwrap()["ca.crt"].0.clone()).unwrap();
+    let published = ca_maps.get(&ca_name).await.unwrap();
+    assert_eq!(
+        published.metadata.annotations.as_ref().unwrap()["lake.dev/tls-generation"],
+        "1"
+    );
+    assert_eq!(
+        published.data.unwrap()["ca.crt"],
+        format!("{new_ca}{old_ca}"),
+        "the next CA published beside the one served"
+    );
+    // Not yet served: clients may not have read the next CA.
+    assert_served(&h, &format!("{name}-lake-tls")).await;
+    // The next pass changes nothing: the pods wait 30 days.
+    h.reconcile().await;
+    assert_served(&h, &format!("{name}-lake-tls")).await;
+    let after_next = format!("{name}-lake-tls-2");
+    let next_after = || secrets.get_opt(&after_next);
+    assert!(next_after().await.unwrap().is_none());
+    // Once the CA they serve is within 30 days of its expiry, they move onto the published one
+    // (and nothing new is issued).
+    let expiring = ca_expiring_in_10_days();
+    patch(json!({"data": {"ca.crt": format!("{new_ca}{expiring}")}})).await;
+    h.reconcile().await;
+    assert_served(&h, &format!("{name}-lake-tls-1")).await;
+    assert!(next_after().await.unwrap().is_none());
+}
+
+/// Both roles' pods mount `secret`, and status names it.
+async fn assert_served(h: &Harness, secret: &str) {
+    for role in ["query", "metadata"] {
+        assert_eq!(
+            mounted_tls_secret(h.deployment(role).await),
+            secret,
+            "{role}"
+        );
+    }
+    let status = h.cluster().await.status.unwrap();
+    assert_eq!(status.tls.unwrap().secret, secret);
+}
+
 /// Certificates are renewed before they expire, and each renewal rotates the CA without an
 /// outage: a new generation (CA, certificates, Secret) once the recorded expiry is within 30
 /// days, the CA bundle holding the new CA and the old, the pods moved onto the new Secret, the
 /// old one left as it was.
 #[tokio::test(flavor = "multi_thread")]
 async fn certificates_are_renewed_before_they_expire() {
-    use k8s_openapi::api::apps::v1::Deployment;
-    let name = unique("renew");
-    create_roles(&name).await;
-    let h = harness(cluster_yaml(&name, "")).await;
-    h.reconcile().await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let ca_maps = Api::<ConfigMap>::namespaced(h.client.clone(), NS);
-    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), NS);
+    let (h, name, now, ca_maps, secrets) = tls_cluster("renew").await;
     let annotation = |cm: &ConfigMap, key: &str| -> u64 {
         cm.metadata.annotations.as_ref().unwrap()[key]
             .parse()
@@ -454,26 +510,7 @@ async fn certificates_are_renewed_before_they_expire() {
         .unwrap();
     assert_eq!(String::from_utf8(old["ca.crt"].0.clone()).unwrap(), old_ca);
     // The pods move onto the new Secret; status names it.
-    for role in ["query", "metadata"] {
-        let deployment: Deployment = h.deployment(role).await;
-        let tls = deployment
-            .spec
-            .template
-            .spec
-            .unwrap()
-            .volumes
-            .unwrap()
-            .into_iter()
-            .find(|v| v.name == "tls")
-            .unwrap();
-        assert_eq!(
-            tls.secret.unwrap().secret_name.as_deref(),
-            Some(format!("{name}-lake-tls-1").as_str()),
-            "{role}"
-        );
-    }
-    let status = h.cluster().await.status.unwrap();
-    assert_eq!(status.tls.unwrap().secret, format!("{name}-lake-tls-1"));
+    assert_served(&h, &format!("{name}-lake-tls-1")).await;
     // The new certificates chain to the new CA, and to the bundle clients read; not to the old CA.
     let dir = tempfile::tempdir().unwrap();
     let file = |n: &str, text: &[u8]| {
@@ -510,4 +547,47 @@ async fn certificates_are_renewed_before_they_expire() {
             .unwrap()
             .is_none()
     );
+}
+
+/// A TLS cluster named after `prefix`, reconciled once; now (seconds since the epoch); its
+/// namespace's ConfigMaps and Secrets.
+async fn tls_cluster(prefix: &str) -> (Harness, String, u64, Api<ConfigMap>, Api<Secret>) {
+    let name = unique(prefix);
+    create_roles(&name).await;
+    let h = harness(cluster_yaml(&name, "")).await;
+    h.reconcile().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let ca_maps = Api::<ConfigMap>::namespaced(h.client.clone(), NS);
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), NS);
+    (h, name, now, ca_maps, secrets)
+}
+
+/// The Secret a Deployment's pods mount as their certificate.
+fn mounted_tls_secret(deployment: k8s_openapi::api::apps::v1::Deployment) -> String {
+    deployment
+        .spec
+        .template
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "tls")
+        .unwrap()
+        .secret
+        .unwrap()
+        .secret_name
+        .unwrap()
+}
+
+/// A self-signed CA certificate (PEM) that expires in 10 days.
+fn ca_expiring_in_10_days() -> String {
+    let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(10);
+    let key = rcgen::KeyPair::generate().unwrap();
+    params.self_signed(&key).unwrap().pem()
 }

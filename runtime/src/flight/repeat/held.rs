@@ -20,7 +20,7 @@ use datafusion::logical_expr::PartitionEvaluator;
 use datafusion::logical_expr::WindowFrameUnits;
 use datafusion::logical_expr::window_state::{WindowAggState, WindowFrameContext};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::window::StandardWindowFunctionExpr;
+use datafusion::physical_expr::window::{SlidingAggregateWindowExpr, StandardWindowFunctionExpr};
 use datafusion::physical_plan::windows::{
     PlainAggregateWindowExpr, StandardWindowExpr, WindowExpr,
 };
@@ -43,13 +43,17 @@ pub(super) struct Held {
 
 /// What taking one batch costs the operator.
 pub(super) struct Step {
-    /// Bytes of input rows it holds at once.
+    /// Bytes it holds at once: the rows its frames reach and it waits on (twice: its partition
+    /// buffer and its buffer of rows not yet emitted are copies of their own), and what its
+    /// aggregates keep of them.
     pub held: i64,
     pub held_rows: usize,
-    /// Rows it emits in one batch.
-    pub emitted: usize,
-    /// Bytes the open partition was given so far.
-    pub partition_bytes: i64,
+    /// Rows it may emit in one batch: those not yet emitted (at the end of its input, or of a
+    /// partition, all of them at once).
+    pub waiting: usize,
+    /// What a running `array_agg` may build for them: each such row's value holds its
+    /// partition so far.
+    pub grown: i64,
 }
 
 /// Rows of one input batch: their count, their bytes, the widest and the narrowest of them.
@@ -58,6 +62,73 @@ struct Chunk {
     bytes: i64,
     widest: i64,
     narrowest: i64,
+}
+
+/// What an aggregate's accumulator keeps besides the operator's rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Keeps {
+    /// A few values (`sum`, `count`, `max` of numbers, a running `max(s)`).
+    Little,
+    /// A copy of the frame's largest value beside each of its rows (a sliding `max(s)`).
+    Clones,
+    /// Every value of its frame (a sliding `median`, `array_agg`, `count(DISTINCT …)`).
+    Frame,
+    /// Every value of its partition so far (the same, running from `UNBOUNDED PRECEDING`).
+    Partition,
+}
+
+/// Aggregates whose state does not grow with their frame (unless DISTINCT).
+const LITTLE: &[&str] = &[
+    "count",
+    "sum",
+    "avg",
+    "mean",
+    "min",
+    "max",
+    "bool_and",
+    "bool_or",
+    "bit_and",
+    "bit_or",
+    "bit_xor",
+    "stddev",
+    "stddev_pop",
+    "stddev_samp",
+    "var",
+    "var_pop",
+    "var_samp",
+    "var_population",
+    "var_sample",
+    "covar",
+    "covar_pop",
+    "covar_samp",
+    "corr",
+];
+
+fn keeps(expr: &dyn WindowExpr, unbounded_start: bool) -> Keeps {
+    let any = expr.as_any();
+    let aggregate = match (
+        any.downcast_ref::<PlainAggregateWindowExpr>(),
+        any.downcast_ref::<SlidingAggregateWindowExpr>(),
+    ) {
+        (Some(plain), _) => plain.get_aggregate_expr(),
+        (None, Some(sliding)) => sliding.get_aggregate_expr(),
+        (None, None) => return Keeps::Little,
+    };
+    let name = aggregate.fun().name().to_ascii_lowercase();
+    let fixed = expr.field().is_ok_and(|f| {
+        f.data_type().primitive_width().is_some() || f.data_type() == &DataType::Boolean
+    });
+    if aggregate.is_distinct() || !LITTLE.contains(&name.as_str()) {
+        if unbounded_start {
+            Keeps::Partition
+        } else {
+            Keeps::Frame
+        }
+    } else if (name == "min" || name == "max") && !fixed && !unbounded_start {
+        Keeps::Clones
+    } else {
+        Keeps::Little
+    }
 }
 
 /// How far one window function reaches from each row, replayed as the operator computes it.
@@ -78,6 +149,7 @@ struct Reach {
     keys: Vec<ArrayRef>,
     state: WindowAggState,
     template: WindowAggState,
+    keeps: Keeps,
 }
 
 impl Held {
@@ -116,8 +188,8 @@ impl Held {
         let mut step = Step {
             held: 0,
             held_rows: 0,
-            emitted: 0,
-            partition_bytes: 0,
+            waiting: 0,
+            grown: 0,
         };
         for segment in segments {
             if !keys.is_empty() {
@@ -126,8 +198,8 @@ impl Held {
                     .map(|k| ScalarValue::try_from_array(k, segment.start))
                     .collect::<Result<Vec<_>>>()?;
                 if self.key.as_ref() != Some(&key) {
-                    // The open partition ended: the operator emits what it had not.
-                    step.emitted += self.rows - self.emitted;
+                    // The open partition ended: the operator emits what it had not (counted
+                    // among `waiting` when its rows came).
                     self.reset()?;
                     self.key = Some(key);
                 }
@@ -137,15 +209,17 @@ impl Held {
             // Everything held counts until the operator prunes it after emitting.
             step.held = step.held.saturating_add(self.bytes());
             step.held_rows += self.rows;
-            let computed = self
+            let waiting = self.rows - self.emitted;
+            step.waiting += waiting;
+            step.grown = step
+                .grown
+                .saturating_add((waiting as i64).saturating_mul(self.partition_bytes));
+            self.emitted = self
                 .reaches
                 .iter()
                 .map(|r| r.state.last_calculated_index)
                 .min()
                 .unwrap_or(self.rows);
-            step.emitted += computed - self.emitted;
-            self.emitted = computed;
-            step.partition_bytes = self.partition_bytes;
             let prune = self
                 .reaches
                 .iter()
@@ -173,18 +247,28 @@ impl Held {
         Ok(())
     }
 
-    /// The held rows, and this replay's own copy of their `ORDER BY` values.
+    /// What the operator holds for the open partition (see [`Step::held`]), and this replay's
+    /// own copy of the rows' `ORDER BY` values.
     fn bytes(&self) -> i64 {
+        let rows = self
+            .chunks
+            .iter()
+            .map(|c| c.bytes)
+            .fold(0i64, i64::saturating_add);
+        let widest = self.chunks.iter().map(|c| c.widest).max().unwrap_or(0);
+        let kept = self.reaches.iter().map(|r| match r.keeps {
+            Keeps::Little => 0,
+            Keeps::Clones => widest.saturating_mul(self.rows as i64),
+            Keeps::Frame => rows,
+            Keeps::Partition => self.partition_bytes,
+        });
         let keys = self
             .reaches
             .iter()
             .flat_map(|r| &r.keys)
             .map(|k| k.get_array_memory_size() as i64);
-        self.chunks
-            .iter()
-            .map(|c| c.bytes)
-            .chain(keys)
-            .fold(0i64, i64::saturating_add)
+        kept.chain(keys)
+            .fold(rows.saturating_mul(2), i64::saturating_add)
     }
 
     /// Drops the first `n` held rows, as the operator does once no function needs them.
@@ -270,6 +354,7 @@ impl Reach {
             order_by,
             template: state.clone(),
             state,
+            keeps: keeps(expr, window_frame.start_bound.is_unbounded()),
         })
     }
 

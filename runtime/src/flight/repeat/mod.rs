@@ -125,8 +125,9 @@ enum Check {
 #[derive(Clone)]
 enum Holds {
     /// All of it (`WindowAggExec` builds whole partitions; a bounded one whose partitions
-    /// arrive interleaved keeps each open).
-    Everything,
+    /// arrive interleaved keeps each open, and one given string views keeps every data buffer
+    /// they point into: `views`, counted by its buffers).
+    Everything { views: bool },
     /// What its frames reach and what it waits for, partition by partition (replayed by
     /// [`held::Held`]).
     Frames(Arc<[Arc<dyn WindowExpr>]>),
@@ -136,7 +137,7 @@ enum Holds {
 impl fmt::Debug for Holds {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
-            Holds::Everything => f.write_str("Everything"),
+            Holds::Everything { views } => write!(f, "Everything {{ views: {views} }}"),
             Holds::Frames(exprs) => write!(f, "Frames({} functions)", exprs.len()),
         }
     }
@@ -185,7 +186,8 @@ fn check_for(node: &Arc<dyn ExecutionPlan>, batch_size: usize) -> Option<Check> 
         return Some(Check::Unnest(lists));
     }
     if let Some(w) = node.downcast_ref::<WindowAggExec>() {
-        return Some(window_check(w.window_expr(), Holds::Everything));
+        let views = views(w.input());
+        return Some(window_check(w.window_expr(), Holds::Everything { views }));
     }
     let w = node.downcast_ref::<BoundedWindowAggExec>()?;
     // Every bounded window operator may hold rows, whatever its functions return (`lag(s,
@@ -199,18 +201,22 @@ fn check_for(node: &Arc<dyn ExecutionPlan>, batch_size: usize) -> Option<Check> 
     // It appends each batch to what it holds (`concat`), and a string or binary view array
     // appended keeps every data buffer of the arrays before it: rows it dropped keep their
     // batch's values alive to the end.
-    let views = w
-        .input()
-        .schema()
-        .fields()
-        .iter()
-        .any(|f| holds_views(f.data_type()));
+    let views = views(w.input());
     let holds = if interleaved || views {
-        Holds::Everything
+        Holds::Everything { views }
     } else {
         Holds::Frames(w.window_expr().iter().cloned().collect())
     };
     Some(window_check(w.window_expr(), holds))
+}
+
+/// Whether `input`'s rows hold string or binary views.
+fn views(input: &Arc<dyn ExecutionPlan>) -> bool {
+    input
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| holds_views(f.data_type()))
 }
 
 /// Whether `data_type` is or holds a string or binary view.
@@ -455,28 +461,43 @@ impl Measure {
                 }
             }
             Check::Window {
-                holds: _,
+                holds,
                 copies,
                 growing,
             } => {
+                let views = &matches!(holds, Holds::Everything { views: true });
                 let each = widths::row_bytes(batch.columns().iter().map(|c| c.as_ref()), n);
                 let widest = each.iter().copied().max().unwrap_or(0);
                 self.rows = self.rows.saturating_add(n as i64);
                 self.bytes = self.bytes.saturating_add(each.iter().sum());
                 self.widest = self.widest.max(widest);
-                // What the operator holds at once, the rows it emits at once and what the
-                // open partition was given (a running `array_agg`'s last value).
-                let (held, held_rows, emitted, given) = match &mut self.frames {
+                // What the operator holds at once, the rows it may emit at once and what a
+                // running `array_agg` may build for them.
+                let (held, held_rows, emitted, grown) = match &mut self.frames {
                     Some(frames) => {
                         let step = frames.admit(&batch, &each)?;
                         (
                             step.held,
                             step.held_rows as i64,
-                            step.emitted as i64,
-                            step.partition_bytes,
+                            step.waiting as i64,
+                            step.grown,
                         )
                     }
-                    None => (self.bytes, self.rows, self.rows, self.bytes),
+                    None => {
+                        if *views {
+                            // Every data buffer the batch refers to stays alive.
+                            let buffers = batch.get_array_memory_size() as i64;
+                            self.bytes = self
+                                .bytes
+                                .saturating_add(buffers.saturating_sub(each.iter().sum()).max(0));
+                        }
+                        (
+                            self.bytes,
+                            self.rows,
+                            self.rows,
+                            self.rows.saturating_mul(self.bytes),
+                        )
+                    }
                 };
                 let want = usize::try_from(held).unwrap_or(usize::MAX);
                 if self.held.try_resize(want).is_err() {
@@ -503,13 +524,13 @@ impl Measure {
                         copied,
                     ));
                 }
-                let grown = emitted.saturating_mul(given);
                 if let Some(name) = growing
                     && grown > self.limit
                 {
                     return Err(self.refused(
                         format!(
-                            "{name} may hold, in each of {emitted} rows, the {given} bytes before it"
+                            "{name} may hold, in each of {emitted} rows, the values of the rows \
+                             before it"
                         ),
                         grown,
                     ));

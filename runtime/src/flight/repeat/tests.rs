@@ -164,13 +164,13 @@ async fn window_functions_count_what_they_hold() {
     .await;
     let small = "SELECT max(value) OVER () FROM generate_series(1, 1000)";
     assert_eq!(sum(&run(true, small).await.unwrap()), 1_000_000);
-    // A frame that ends at the current row holds a batch at a time: 100 MB of input in all
-    // answers under a 64 MiB budget …
+    // A frame that ends at the current row holds a batch at a time (twice: see `held`): 100 MB
+    // of input in all answers under a 64 MiB budget …
     let behind = |strings: &str| {
         format!(
             "SELECT CAST(length(first_value(s) OVER (ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)) \
-             AS BIGINT) FROM (SELECT arrow_cast(repeat(CAST(value AS VARCHAR), 1000), '{strings}') \
-             AS s FROM generate_series(10000, 29999))"
+             AS BIGINT) FROM (SELECT arrow_cast(repeat(CAST(value AS VARCHAR), 500), '{strings}') \
+             AS s FROM generate_series(10000, 49999))"
         )
     };
     assert_eq!(sum(&run(true, &behind("Utf8")).await.unwrap()), 100_000_000);
@@ -308,4 +308,54 @@ async fn a_running_aggregate_counts_its_own_partition() {
         "array_agg",
     )
     .await;
+}
+
+#[tokio::test]
+async fn window_functions_count_what_they_emit_at_the_end() {
+    // All 30,000 rows are peers: nothing is emitted before the input ends, then each row gets
+    // a copy of the 5 KB first value (150 MB at once, though a batch's worth, 41 MB, fits).
+    refused(
+        "SELECT length(first_value(s) OVER (ORDER BY g)) FROM (SELECT value / 1000000 AS g, \
+         arrow_cast(CASE WHEN value = 1 THEN repeat('x', 5000) ELSE 'y' END, 'Utf8') AS s \
+         FROM generate_series(1, 30000))",
+        "window function may copy",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn window_aggregates_count_what_they_keep() {
+    // A running DISTINCT count keeps every value before the current row: 100,000 of 1 KB,
+    // 100 MB.
+    refused(
+        "SELECT count(DISTINCT s) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) \
+         FROM (SELECT arrow_cast(repeat(CAST(value AS VARCHAR), 200), 'Utf8') AS s \
+         FROM generate_series(10000, 109999))",
+        "rows of its input at once",
+    )
+    .await;
+    // A sliding max of strings keeps the largest so far beside each row of its frame: the
+    // 1 KB value beside 100,000 rows, 100 MB.
+    refused(
+        "SELECT length(max(s) OVER (ROWS BETWEEN 100000 PRECEDING AND CURRENT ROW)) FROM \
+         (SELECT arrow_cast(CASE WHEN value = 1 THEN repeat('x', 1000) ELSE 'y' END, 'Utf8') \
+         AS s FROM generate_series(1, 100000))",
+        "rows of its input at once",
+    )
+    .await;
+    // A running count, or max, keeps one value: over the same 100 MB they answer.
+    for f in ["count(s)", "max(s)"] {
+        let sql = format!(
+            "SELECT {f} OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) \
+             FROM (SELECT arrow_cast(repeat(CAST(value AS VARCHAR), 200), 'Utf8') AS s \
+             FROM generate_series(10000, 109999))"
+        );
+        let batches = run(true, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert_eq!(
+            batches.iter().map(RecordBatch::num_rows).sum::<usize>(),
+            100_000
+        );
+    }
 }

@@ -287,6 +287,9 @@ mod tests {
             generations(next(Some(now + 50 * DAY)), Some(3), now),
             gens(5, 5)
         );
+        // A CA that does not parse (an edited `ca.crt`) tells no publication date: served.
+        let unreadable = issued(5, Some(now + 355 * DAY), None);
+        assert_eq!(generations(unreadable, Some(4), now), gens(5, 5));
         // … and 30 days after its publication, it is.
         let next = issued(5, Some(now + 335 * DAY), Some(now - 30 * DAY));
         assert_eq!(generations(next, Some(4), now), gens(5, 5));

@@ -343,33 +343,17 @@ async fn a_pass_stopped_between_the_ca_and_its_secret_is_repaired() {
 /// says ten years: the next pass renews.
 #[tokio::test(flavor = "multi_thread")]
 async fn renewal_follows_the_certificate_not_the_annotation() {
-    let name = unique("postpone");
-    create_roles(&name).await;
-    let h = harness(cluster_yaml(&name, "")).await;
-    h.reconcile().await;
-    let ca_maps = Api::<ConfigMap>::namespaced(h.client.clone(), NS);
-    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), NS);
+    let (h, name, now, ca_maps, secrets) = tls_cluster("postpone").await;
     let ca_name = format!("{name}-lake-ca");
     let published = ca_maps.get(&ca_name).await.unwrap();
     let bundle = published.data.unwrap()["ca.crt"].clone();
     let expiring = ca_expiring_in_10_days();
-    let ten_years = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 10 * 365 * 24 * 3600;
+    let ten_years = now + 10 * 365 * 24 * 3600;
     let postponed = json!({
         "metadata": {"annotations": {"lake.dev/tls-expires": ten_years.to_string()}},
         "data": {"ca.crt": format!("{expiring}{bundle}")},
     });
-    ca_maps
-        .patch(
-            &ca_name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&postponed),
-        )
-        .await
-        .unwrap();
+    patch_ca(&ca_maps, &name, postponed).await;
     h.reconcile().await;
     assert!(
         secrets
@@ -395,24 +379,11 @@ async fn the_next_ca_is_published_before_the_pods_serve_it() {
     let (h, name, now, ca_maps, secrets) = tls_cluster("prepublish").await;
     let ca_name = format!("{name}-lake-ca");
     let old_ca = ca_maps.get(&ca_name).await.unwrap().data.unwrap()["ca.crt"].clone();
-    let patch = |body: serde_json::Value| {
-        let ca_maps = ca_maps.clone();
-        let ca_name = ca_name.clone();
-        async move {
-            ca_maps
-                .patch(
-                    &ca_name,
-                    &kube::api::PatchParams::default(),
-                    &kube::api::Patch::Merge(&body),
-                )
-                .await
-                .unwrap();
-        }
-    };
     // 45 days before expiry: published, not served.
     let in_45_days = now + 45 * 24 * 3600;
-    patch(json!({"metadata": {"annotations": {"lake.dev/tls-expires": in_45_days.to_string()}}}))
-        .await;
+    let soon =
+        json!({"metadata": {"annotations": {"lake.dev/tls-expires": in_45_days.to_string()}}});
+    patch_ca(&ca_maps, &name, soon).await;
     h.reconcile().await;
     let next = secrets.get(&format!("{name}-lake-tls-1")).await.unwrap();
     let new_ca = String::from_utf8(next.data.unwrap()["ca.crt"].0.clone()).unwrap();
@@ -437,7 +408,12 @@ async fn the_next_ca_is_published_before_the_pods_serve_it() {
     // Once the CA they serve is within 30 days of its expiry, they move onto the published one
     // (and nothing new is issued).
     let expiring = ca_expiring_in_10_days();
-    patch(json!({"data": {"ca.crt": format!("{new_ca}{expiring}")}})).await;
+    patch_ca(
+        &ca_maps,
+        &name,
+        json!({"data": {"ca.crt": format!("{new_ca}{expiring}")}}),
+    )
+    .await;
     h.reconcile().await;
     assert_served(&h, &format!("{name}-lake-tls-1")).await;
     assert!(next_after().await.unwrap().is_none());
@@ -479,14 +455,7 @@ async fn certificates_are_renewed_before_they_expire() {
 
     // Within 30 days of its expiry (as an administrator forces it), the next pass renews.
     let soon = json!({"metadata": {"annotations": {"lake.dev/tls-expires": (now + 24 * 3600).to_string()}}});
-    ca_maps
-        .patch(
-            &format!("{name}-lake-ca"),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&soon),
-        )
-        .await
-        .unwrap();
+    patch_ca(&ca_maps, &name, soon).await;
     h.reconcile().await;
     let renewed = secrets.get(&format!("{name}-lake-tls-1")).await.unwrap();
     let renewed = renewed.data.unwrap();
@@ -590,4 +559,16 @@ fn ca_expiring_in_10_days() -> String {
     params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(10);
     let key = rcgen::KeyPair::generate().unwrap();
     params.self_signed(&key).unwrap().pem()
+}
+
+/// Merges `body` into the CA ConfigMap of cluster `name`, as whoever may edit it would.
+async fn patch_ca(ca_maps: &Api<ConfigMap>, name: &str, body: serde_json::Value) {
+    ca_maps
+        .patch(
+            &format!("{name}-lake-ca"),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&body),
+        )
+        .await
+        .unwrap();
 }

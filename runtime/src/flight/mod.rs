@@ -14,6 +14,7 @@ mod handle;
 mod info;
 mod ingress;
 mod limits;
+mod nested;
 mod plans;
 mod protocol;
 mod redact;

@@ -31,6 +31,8 @@ fn dropping_the_stream_stops_the_query() {
     ]);
     assert!(ok, "cancellation peer failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("ok"), "{stdout}");
+    // The timings, for a run that passes slowly.
+    eprintln!("{stdout}");
 }
 
 fn lake_sql(endpoint: &str, sql: &str, format: &str) -> (bool, String, String) {

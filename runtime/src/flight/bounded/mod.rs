@@ -509,20 +509,10 @@ fn check_fixed_width(data_type: &DataType, budget: &Budget) -> Result<()> {
 /// The widest fixed-size value anywhere in `data_type` (`List(FixedSizeList(2^31, Int64))`
 /// allocates one 16 GiB element per non-empty row).
 fn widest_fixed(data_type: &DataType) -> Option<i64> {
-    let nested = match data_type {
-        DataType::List(f)
-        | DataType::LargeList(f)
-        | DataType::ListView(f)
-        | DataType::LargeListView(f)
-        | DataType::FixedSizeList(f, _)
-        | DataType::Map(f, _) => widest_fixed(f.data_type()),
-        DataType::Struct(fields) => fields
-            .iter()
-            .filter_map(|f| widest_fixed(f.data_type()))
-            .max(),
-        DataType::Dictionary(_, values) => widest_fixed(values),
-        _ => None,
-    };
+    let nested = super::nested::children(data_type)
+        .into_iter()
+        .filter_map(widest_fixed)
+        .max();
     fixed_width(data_type).max(nested)
 }
 

@@ -20,6 +20,7 @@ use datafusion::logical_expr::PartitionEvaluator;
 use datafusion::logical_expr::WindowFrameUnits;
 use datafusion::logical_expr::window_state::{WindowAggState, WindowFrameContext};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::window::{SlidingAggregateWindowExpr, StandardWindowFunctionExpr};
 use datafusion::physical_plan::windows::{
     PlainAggregateWindowExpr, StandardWindowExpr, WindowExpr,
@@ -65,7 +66,7 @@ struct Chunk {
 }
 
 /// What an aggregate's accumulator keeps besides the operator's rows.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Keeps {
     /// A few values (`sum`, `count`, `max` of numbers, a running `max(s)`).
     Little,
@@ -104,15 +105,22 @@ const LITTLE: &[&str] = &[
     "corr",
 ];
 
-fn keeps(expr: &dyn WindowExpr, unbounded_start: bool) -> Keeps {
+/// The aggregate a window function runs, if it runs one (running or sliding).
+pub(super) fn aggregate_of(expr: &dyn WindowExpr) -> Option<&AggregateFunctionExpr> {
     let any = expr.as_any();
-    let aggregate = match (
+    match (
         any.downcast_ref::<PlainAggregateWindowExpr>(),
         any.downcast_ref::<SlidingAggregateWindowExpr>(),
     ) {
-        (Some(plain), _) => plain.get_aggregate_expr(),
-        (None, Some(sliding)) => sliding.get_aggregate_expr(),
-        (None, None) => return Keeps::Little,
+        (Some(plain), _) => Some(plain.get_aggregate_expr()),
+        (None, Some(sliding)) => Some(sliding.get_aggregate_expr()),
+        (None, None) => None,
+    }
+}
+
+fn keeps(expr: &dyn WindowExpr, unbounded_start: bool) -> Keeps {
+    let Some(aggregate) = aggregate_of(expr) else {
+        return Keeps::Little;
     };
     let name = aggregate.fun().name().to_ascii_lowercase();
     let fixed = expr.field().is_ok_and(|f| {
@@ -137,8 +145,6 @@ struct Reach {
     /// made afresh for each partition.
     function: Option<Arc<dyn StandardWindowFunctionExpr>>,
     evaluator: Option<Box<dyn PartitionEvaluator>>,
-    /// Whether rows are computed by the frame (else by the evaluator's `get_range`).
-    frame: bool,
     causal: bool,
     /// `UNBOUNDED PRECEDING`: an aggregate keeps only its accumulator; a `first_value` keeps
     /// what its `memoize` keeps.
@@ -346,7 +352,6 @@ impl Reach {
         Ok(Self {
             function,
             evaluator,
-            frame,
             causal,
             unbounded_start: window_frame.start_bound.is_unbounded(),
             aggregate: expr.as_any().is::<PlainAggregateWindowExpr>(),
@@ -373,26 +378,35 @@ impl Reach {
             self.keys = keys;
         }
         let before = self.state.last_calculated_index;
-        let WindowAggState {
-            window_frame_range,
-            window_frame_ctx,
-            last_calculated_index,
-            ..
-        } = &mut self.state;
-        for idx in *last_calculated_index..rows {
-            let range = match (window_frame_ctx.as_mut(), &self.evaluator) {
-                (Some(ctx), _) => ctx.calculate_range(&self.keys, window_frame_range, rows, idx)?,
-                (None, Some(e)) => e.get_range(idx, rows)?,
-                (None, None) => idx..idx + 1,
-            };
-            // It waits for the rows its frame reaches past the last one it was given.
-            if range.end == rows && !self.causal {
-                break;
+        let groups = matches!(
+            self.state.window_frame_ctx,
+            Some(WindowFrameContext::Groups { .. })
+        );
+        if groups {
+            // Its context learns the groups row by row: walked as the operator walks it.
+            for idx in before..rows {
+                if !self.compute(idx, rows)? {
+                    break;
+                }
             }
-            *window_frame_range = range;
-            *last_calculated_index = idx + 1;
+        } else {
+            // A frame's end only moves forward with the row, so the first row still waiting
+            // is found by bisection (the operator computes every row; this replay need not).
+            // Each row found computable is where the next search starts (a RANGE frame's
+            // bounds are searched forward from the last frame).
+            let (mut lo, mut hi) = (before, rows);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if !self.compute(mid, rows)? {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
         }
-        if self.frame && self.unbounded_start {
+        // Rows computed by the frame (else by the evaluator's `get_range`).
+        let framed = self.state.window_frame_ctx.is_some();
+        if framed && self.unbounded_start {
             if self.aggregate {
                 // An accumulator that never retracts: the rows behind are not needed.
                 let end = self.state.window_frame_range.end;
@@ -404,6 +418,31 @@ impl Reach {
             }
         }
         Ok(())
+    }
+
+    /// The frame of row `idx` of the `rows` it was given (searched from the last one kept).
+    fn range(&mut self, idx: usize, rows: usize) -> Result<Range<usize>> {
+        let WindowAggState {
+            window_frame_range,
+            window_frame_ctx,
+            ..
+        } = &mut self.state;
+        match (window_frame_ctx.as_mut(), &self.evaluator) {
+            (Some(ctx), _) => ctx.calculate_range(&self.keys, window_frame_range, rows, idx),
+            (None, Some(e)) => e.get_range(idx, rows),
+            (None, None) => Ok(idx..idx + 1),
+        }
+    }
+
+    /// Computes row `idx` (and so every row before it) unless it waits; whether it did.
+    fn compute(&mut self, idx: usize, rows: usize) -> Result<bool> {
+        let range = self.range(idx, rows)?;
+        if !self.causal && range.end == rows {
+            return Ok(false);
+        }
+        self.state.window_frame_range = range;
+        self.state.last_calculated_index = idx + 1;
+        Ok(true)
     }
 
     /// The first row it still needs, as the operator counts it.

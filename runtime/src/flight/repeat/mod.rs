@@ -32,9 +32,7 @@ use datafusion::physical_plan::joins::{
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::unnest::UnnestExec;
-use datafusion::physical_plan::windows::{
-    BoundedWindowAggExec, PlainAggregateWindowExpr, WindowAggExec, WindowExpr,
-};
+use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec, WindowExpr};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, InputOrderMode, PlanProperties, Statistics,
 };
@@ -221,20 +219,10 @@ fn views(input: &Arc<dyn ExecutionPlan>) -> bool {
 
 /// Whether `data_type` is or holds a string or binary view.
 fn holds_views(data_type: &DataType) -> bool {
-    match data_type {
-        DataType::Utf8View | DataType::BinaryView => true,
-        DataType::List(f)
-        | DataType::LargeList(f)
-        | DataType::ListView(f)
-        | DataType::LargeListView(f)
-        | DataType::FixedSizeList(f, _)
-        | DataType::Map(f, _) => holds_views(f.data_type()),
-        DataType::Struct(fields) => fields.iter().any(|f| holds_views(f.data_type())),
-        DataType::Union(fields, _) => fields.iter().any(|(_, f)| holds_views(f.data_type())),
-        DataType::Dictionary(_, values) => holds_views(values),
-        DataType::RunEndEncoded(_, values) => holds_views(values.data_type()),
-        _ => false,
-    }
+    matches!(data_type, DataType::Utf8View | DataType::BinaryView)
+        || super::nested::children(data_type)
+            .into_iter()
+            .any(holds_views)
 }
 
 fn window_check(exprs: &[Arc<dyn WindowExpr>], holds: Holds) -> Check {
@@ -252,15 +240,11 @@ fn window_check(exprs: &[Arc<dyn WindowExpr>], holds: Holds) -> Check {
         }
         // Aggregates that keep every value of their frame (`array_agg`, `string_agg`): the
         // n-th row's value holds the rows before it. Others (`max(s)`) copy one value.
-        let aggregate = expr.as_any().is::<PlainAggregateWindowExpr>()
-            || expr
-                .as_any()
-                .is::<datafusion::physical_expr::window::SlidingAggregateWindowExpr>();
-        let name = expr.name().to_ascii_lowercase();
-        let grows = ["array_agg", "string_agg", "listagg", "group_concat"]
-            .iter()
-            .any(|f| name.contains(f));
-        if aggregate && grows {
+        let grows = held::aggregate_of(expr.as_ref()).is_some_and(|a| {
+            let name = a.fun().name().to_ascii_lowercase();
+            ["array_agg", "string_agg", "listagg", "group_concat"].contains(&name.as_str())
+        });
+        if grows {
             growing = Some(expr.name().to_owned());
         } else {
             copies = true;
@@ -465,11 +449,15 @@ impl Measure {
                 copies,
                 growing,
             } => {
-                let views = &matches!(holds, Holds::Everything { views: true });
                 let each = widths::row_bytes(batch.columns().iter().map(|c| c.as_ref()), n);
                 let widest = each.iter().copied().max().unwrap_or(0);
+                let mut given: i64 = each.iter().sum();
+                if matches!(holds, Holds::Everything { views: true }) {
+                    // Every data buffer the batch's views point into stays alive.
+                    given = given.max(batch.get_array_memory_size() as i64);
+                }
                 self.rows = self.rows.saturating_add(n as i64);
-                self.bytes = self.bytes.saturating_add(each.iter().sum());
+                self.bytes = self.bytes.saturating_add(given);
                 self.widest = self.widest.max(widest);
                 // What the operator holds at once, the rows it may emit at once and what a
                 // running `array_agg` may build for them.
@@ -483,21 +471,12 @@ impl Measure {
                             step.grown,
                         )
                     }
-                    None => {
-                        if *views {
-                            // Every data buffer the batch refers to stays alive.
-                            let buffers = batch.get_array_memory_size() as i64;
-                            self.bytes = self
-                                .bytes
-                                .saturating_add(buffers.saturating_sub(each.iter().sum()).max(0));
-                        }
-                        (
-                            self.bytes,
-                            self.rows,
-                            self.rows,
-                            self.rows.saturating_mul(self.bytes),
-                        )
-                    }
+                    None => (
+                        self.bytes,
+                        self.rows,
+                        self.rows,
+                        self.rows.saturating_mul(self.bytes),
+                    ),
                 };
                 let want = usize::try_from(held).unwrap_or(usize::MAX);
                 if self.held.try_resize(want).is_err() {

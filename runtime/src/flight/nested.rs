@@ -1,0 +1,39 @@
+//! The types a nested Arrow type holds: what a check of "anywhere in the type" walks.
+
+use arrow::datatypes::DataType;
+
+/// The types `data_type` holds directly (a list's element, a struct's fields, a map's entries,
+/// a dictionary's values, …); none for a flat type.
+pub(super) fn children(data_type: &DataType) -> Vec<&DataType> {
+    match data_type {
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => vec![f.data_type()],
+        DataType::Struct(fields) => fields.iter().map(|f| f.data_type()).collect(),
+        DataType::Union(fields, _) => fields.iter().map(|(_, f)| f.data_type()).collect(),
+        DataType::Dictionary(_, values) => vec![values.as_ref()],
+        DataType::RunEndEncoded(_, values) => vec![values.data_type()],
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field};
+
+    use super::children;
+
+    #[test]
+    fn nested_types_name_what_they_hold() {
+        let list = DataType::List(Arc::new(Field::new("item", DataType::Utf8View, true)));
+        assert_eq!(children(&list), vec![&DataType::Utf8View]);
+        let dict = DataType::Dictionary(Box::new(DataType::Int32), Box::new(list.clone()));
+        assert_eq!(children(&dict), vec![&list]);
+        assert!(children(&DataType::Int64).is_empty());
+    }
+}

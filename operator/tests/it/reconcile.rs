@@ -122,6 +122,18 @@ pub(super) fn test_allowlist() -> Allowlist {
     .unwrap()
 }
 
+/// An operator context for the tests' clusters signing with `key`, under `allowlist` (an
+/// operator restarted with another allowlist).
+pub(super) async fn context_with(key: &str, allowlist: Allowlist) -> Arc<Context> {
+    Context::new(
+        operator_client().await,
+        pool(key),
+        Some(OIDC.to_owned()),
+        Arc::new(Metrics::default()),
+        allowlist,
+    )
+}
+
 pub(super) async fn harness(cluster: LakeCluster) -> Harness {
     harness_with(cluster, test_allowlist()).await
 }
@@ -139,13 +151,7 @@ pub(super) async fn harness_with(mut cluster: LakeCluster, allowlist: Allowlist)
         .create(&PostParams::default(), &cluster)
         .await
         .unwrap_or_else(|e| panic!("the API server refused {name}: {e}"));
-    let ctx = Context::new(
-        operator_client().await,
-        pool(&key),
-        Some(OIDC.to_owned()),
-        Arc::new(Metrics::default()),
-        allowlist,
-    );
+    let ctx = context_with(&key, allowlist).await;
     Harness {
         clusters,
         name,

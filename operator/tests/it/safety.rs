@@ -5,8 +5,8 @@
 //! the API server's state, not the operator's word.
 
 use super::reconcile::{
-    Harness, NS, cluster_yaml, create_lake_table, create_roles, dynamodb, harness, harness_with,
-    iam, writes,
+    Harness, NS, cluster_yaml, context_with, create_lake_table, create_roles, dynamodb, harness,
+    harness_with, iam, writes,
 };
 use aws_sdk_dynamodb::types::{AttributeValue, ScalarAttributeType};
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -270,6 +270,60 @@ async fn adoption_needs_consent_and_never_takes_another_clusters_table() {
         item_count(&raced).await,
         0,
         "a marker was written on the raced table"
+    );
+}
+
+/// Deletion deletes only tables the allowlist admits: one that left it (the administrator
+/// narrowed the allowlist after the cluster was created) is neither looked up nor deleted, and
+/// its Event says only that it was kept, not whether it exists.
+#[tokio::test(flavor = "multi_thread")]
+async fn deletion_keeps_tables_the_allowlist_no_longer_admits() {
+    let name = unique("left");
+    create_roles(&name).await;
+    let h = harness(cluster_yaml(&name, "  deletionPolicy: Delete\n")).await;
+    h.reconcile().await;
+    let (registry, manifests) = (
+        format!("{NS}.{name}-registry"),
+        format!("{NS}.{name}-manifests"),
+    );
+    assert!(table_exists(&manifests).await && table_exists(&registry).await);
+
+    // Restarted with an allowlist that admits the registry but no longer the manifest table.
+    let narrowed = Allowlist::parse(
+        &format!(
+            "namespaces:\n  data:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{{bucket: \"*-bucket\"}}]\n    tables: [\"{registry}\"]\n"
+        ),
+        "narrowed allowlist",
+    )
+    .unwrap();
+    let ctx = context_with(&h.key, narrowed).await;
+    let deleting = h.deleting().await;
+    let recording = moto().start_recording();
+    reconcile(Arc::new(deleting.cluster().await), ctx)
+        .await
+        .unwrap_or_else(|e| panic!("cleanup failed: {e}"));
+    let log = recording.stop();
+    assert!(
+        deleting.clusters.get_opt(&name).await.unwrap().is_none(),
+        "the finalizer stayed"
+    );
+    assert!(!table_exists(&registry).await, "{registry} was kept");
+    assert!(table_exists(&manifests).await, "{manifests} was deleted");
+    let named: Vec<_> = requests_signed_by(&log, &h.key)
+        .into_iter()
+        .filter(|r| r.resource.contains(&manifests))
+        .collect();
+    assert!(named.is_empty(), "{manifests} was looked up: {named:?}");
+    let kept: Vec<String> = deleting
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("TableKept"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        kept.len() == 1 && kept[0].contains(&manifests) && kept[0].contains("allowlist"),
+        "{kept:?}"
     );
 }
 

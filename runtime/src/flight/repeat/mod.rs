@@ -11,14 +11,14 @@
 //! build beyond the query's budget.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -40,6 +40,7 @@ use futures::StreamExt;
 use tonic::Status;
 
 mod held;
+mod keep;
 mod widths;
 
 const MIB: usize = 1024 * 1024;
@@ -63,6 +64,7 @@ impl PhysicalOptimizerRule for BoundRepetition {
             let Some(check) = check_for(&node, batch_size) else {
                 return Ok(Transformed::no(node));
             };
+            let handoff = Arc::new(keep::Handoff::default());
             // A cross or nested-loop join builds one output batch per row of its left (build)
             // side and batch of its right: the right side is passed on in slices of a batch.
             let slices_right = node.is::<CrossJoinExec>() || node.is::<NestedLoopJoinExec>();
@@ -79,10 +81,29 @@ impl PhysicalOptimizerRule for BoundRepetition {
                         },
                         other => other.clone(),
                     };
-                    Arc::new(Guarded::new(Arc::clone(child), check)) as Arc<dyn ExecutionPlan>
+                    Arc::new(Guarded::new(Arc::clone(child), check, Arc::clone(&handoff)))
+                        as Arc<dyn ExecutionPlan>
                 })
                 .collect();
-            Ok(Transformed::yes(node.with_new_children(children)?))
+            let claims = match &check {
+                Check::Join { name, .. } => Some(keep::Output {
+                    operator: name,
+                    passed_on: 0,
+                }),
+                // Its input's columns, then its functions' values.
+                Check::Window { .. } => Some(keep::Output {
+                    operator: "a window function",
+                    passed_on: node
+                        .children()
+                        .first()
+                        .map_or(0, |c| c.schema().fields().len()),
+                }),
+                Check::Unnest(_) => None,
+            };
+            let guarded = node.with_new_children(children)?;
+            Ok(Transformed::yes(Arc::new(keep::KeepReservation::new(
+                guarded, handoff, claims,
+            ))))
         })
         .map(|t| t.data)
     }
@@ -263,15 +284,18 @@ fn window_check(exprs: &[Arc<dyn WindowExpr>], holds: Holds) -> Check {
 struct Guarded {
     input: Arc<dyn ExecutionPlan>,
     check: Check,
+    /// Where its reservation goes to outlive its stream (the operator's [`keep::KeepReservation`]).
+    handoff: Arc<keep::Handoff>,
     properties: Arc<PlanProperties>,
 }
 
 impl Guarded {
-    fn new(input: Arc<dyn ExecutionPlan>, check: Check) -> Self {
+    fn new(input: Arc<dyn ExecutionPlan>, check: Check, handoff: Arc<keep::Handoff>) -> Self {
         let properties = Arc::new(PlanProperties::clone(input.properties()));
         Self {
             input,
             check,
+            handoff,
             properties,
         }
     }
@@ -309,7 +333,11 @@ impl ExecutionPlan for Guarded {
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         match (children.pop(), children.is_empty()) {
-            (Some(input), true) => Ok(Arc::new(Guarded::new(input, self.check.clone()))),
+            (Some(input), true) => Ok(Arc::new(Guarded::new(
+                input,
+                self.check.clone(),
+                Arc::clone(&self.handoff),
+            ))),
             _ => Err(DataFusionError::Internal(
                 "LakeRepetitionGuard takes one input".into(),
             )),
@@ -328,13 +356,17 @@ impl ExecutionPlan for Guarded {
             MemoryLimit::Finite(limit) => limit,
             MemoryLimit::Infinite | MemoryLimit::Unknown => usize::MAX,
         };
+        let held = Arc::new(Mutex::new(
+            MemoryConsumer::new(self.check.consumer()).register(pool),
+        ));
+        self.handoff.give(partition, &held);
         let mut measure = Measure {
             check: self.check.clone(),
             limit: i64::try_from(limit).unwrap_or(i64::MAX),
             rows: 0,
             bytes: 0,
             widest: 0,
-            held: MemoryConsumer::new(self.check.consumer()).register(pool),
+            held,
             frames: match &self.check {
                 Check::Window {
                     holds: Holds::Frames(exprs),
@@ -389,8 +421,8 @@ struct Measure {
     bytes: i64,
     widest: i64,
     /// What UNNEST builds from the batch last passed on (held until the next one), or what a
-    /// window operator holds.
-    held: MemoryReservation,
+    /// window operator holds: kept until the operator's stream ends ([`keep`]).
+    held: keep::Shared,
     /// A bounded window operator's buffers, replayed.
     frames: Option<held::Held>,
 }
@@ -414,6 +446,8 @@ impl Measure {
         }
         match &self.check {
             Check::Join { name, rows, slice } => {
+                // Compared, not reserved: a join's output batches are claimed as they are built
+                // ([`keep`]); this keeps any one of them inside the budget.
                 let widest = widest(&batch);
                 let rows = *rows as i64;
                 let batch_bytes = widest.saturating_mul(rows);
@@ -437,7 +471,7 @@ impl Measure {
             Check::Unnest(lists) => {
                 let output = unnest_output(&batch, lists);
                 let want = usize::try_from(output).unwrap_or(usize::MAX);
-                if self.held.try_resize(want).is_err() {
+                if !keep::resize(&self.held, want) {
                     return Err(self.refused(
                         format!("UNNEST would build from a batch of {n} rows"),
                         output,
@@ -478,8 +512,11 @@ impl Measure {
                         self.rows.saturating_mul(self.bytes),
                     ),
                 };
+                // What it holds is reserved; the values it copies into the rows it emits are
+                // compared (so that no one output batch outgrows the budget) and claimed once
+                // built, with its output ([`keep`]).
                 let want = usize::try_from(held).unwrap_or(usize::MAX);
-                if self.held.try_resize(want).is_err() {
+                if !keep::resize(&self.held, want) {
                     let what = if self.frames.is_some() {
                         format!(
                             "a window function holds {held_rows} rows of its input at once \

@@ -359,3 +359,61 @@ async fn window_aggregates_count_what_they_keep() {
         );
     }
 }
+
+/// What the pool of `ctx` has reserved once `sql` emitted its first batch, and once its stream
+/// ended.
+async fn reserved_while_emitting(ctx: &SessionContext, sql: &str) -> (usize, usize) {
+    use futures::StreamExt;
+    let pool = Arc::clone(&ctx.runtime_env().memory_pool);
+    let mut stream = ctx.sql(sql).await.unwrap().execute_stream().await.unwrap();
+    let first = stream.next().await;
+    assert!(matches!(first, Some(Ok(_))), "{sql}: {first:?}");
+    let emitting = pool.reserved();
+    while let Some(batch) = stream.next().await {
+        batch.unwrap();
+    }
+    drop(stream);
+    (emitting, pool.reserved())
+}
+
+#[tokio::test]
+async fn a_window_keeps_its_reservation_until_it_has_emitted() {
+    // The operator emits only once its input ended (and it dropped the input's stream): the
+    // 24 MB it holds stay reserved while it computes and emits them, and no longer.
+    let sql = "SELECT count(s) OVER () FROM (SELECT * FROM wide LIMIT 10000)";
+    let (emitting, after) = reserved_while_emitting(&wide(true), sql).await;
+    assert!(
+        emitting >= 24_000_000,
+        "{emitting} bytes reserved while emitting"
+    );
+    assert_eq!(after, 0, "reserved after the stream ended");
+}
+
+#[tokio::test]
+async fn a_join_reserves_the_batch_it_built() {
+    // A 3 KB row repeated 30,000 times: batches of 25 MB (each of the session's two partitions
+    // builds its own at once: 50 MB, inside the 64 MiB budget).
+    let sql = "SELECT w.s FROM (SELECT repeat(CAST(value AS VARCHAR), 3000) AS s \
+               FROM generate_series(1, 1)) w CROSS JOIN generate_series(1, 30000)";
+    // The batch the join built stays reserved while it is passed on, and no longer.
+    let (emitting, after) = reserved_while_emitting(&session(true), sql).await;
+    assert!(
+        emitting >= 3000 * 8192,
+        "{emitting} bytes reserved while emitting"
+    );
+    assert_eq!(after, 0, "reserved after the stream ended");
+    // Beside 40 MiB held by another operator of the statement, the batch does not fit: refused
+    // (DataFusion's join itself reserves none of it).
+    let ctx = session(true);
+    let other = datafusion::execution::memory_pool::MemoryConsumer::new("another operator")
+        .register(&ctx.runtime_env().memory_pool);
+    other.grow(40 << 20);
+    let e = ctx.sql(sql).await.unwrap().collect().await.err();
+    let status = e.as_ref().and_then(status_of);
+    assert!(
+        status.is_some_and(|s| s.code() == tonic::Code::ResourceExhausted
+            && s.message().contains("the rows a cross join built")
+            && s.message().contains("LAKE_QUERY_MEMORY_LIMIT_MB")),
+        "{e:?}"
+    );
+}

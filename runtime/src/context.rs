@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lake_common::plan::{
-    ManifestStore as ManifestPlan, MetadataConnectionPlan, Provisioning, QueryConnectionPlan,
-    RegistryStore as RegistryPlan,
+    MaintenanceConnectionPlan, ManifestStore as ManifestPlan, MetadataConnectionPlan, Provisioning,
+    QueryConnectionPlan, RegistryStore as RegistryPlan,
 };
 use lake_common::schema::Authority;
 use lake_common::stage::{StageDescriptor, StageDescriptorError};
@@ -79,6 +79,40 @@ pub struct MetadataContext {
     engine: WriteEngine,
     stage: Stage,
     cluster_id: String,
+}
+
+/// The maintenance role, in the cloud: the warehouse and the manifest table (its marker
+/// checked), no registry and no stage.
+#[derive(Debug, Clone)]
+pub struct MaintenanceContext {
+    engine: WriteEngine,
+}
+
+impl MaintenanceContext {
+    pub async fn open(
+        plan: &MaintenanceConnectionPlan,
+        cluster_id: &str,
+        options: &ConnectOptions,
+    ) -> Result<Self, ContextError> {
+        let aws = aws_for(Some(plan.aws()), options).await?;
+        let client = aws.dynamodb();
+        let manifests = DynamoStore::new(
+            client.clone(),
+            plan.manifests().as_str(),
+            Authority::Manifests.key_schema(),
+        );
+        verify_dynamo(&client, &manifests, Authority::Manifests, cluster_id).await?;
+        Ok(Self {
+            engine: WriteEngine::new(
+                s3_warehouse(&aws, plan.warehouse())?,
+                ManifestStore::new(Arc::new(manifests)),
+            ),
+        })
+    }
+
+    pub fn engine(&self) -> &WriteEngine {
+        &self.engine
+    }
 }
 
 /// The data directory of a local lake, from its embedded manifest file `<dir>/_lake/<file>`.

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use lake_common::config::{Auth, RuntimeConfig};
+use lake_common::config::{Auth, MaintenanceConfig, RuntimeConfig};
 use lake_common::plan::{AuthorityPlan, AuthorityRequest, PlanFields, RolePlan, StorageRequest};
 use lake_runtime::aws::ConnectOptions;
-use lake_runtime::context::{MetadataContext, QueryContext};
+use lake_runtime::context::{MaintenanceContext, MetadataContext, QueryContext};
 use lake_runtime::flight::{self, Role, Tls, Tokens};
 use lake_runtime::sql_client::Format;
 use lake_runtime::stage_cli::StageCommand;
@@ -118,15 +118,16 @@ enum Command {
         #[command(flatten)]
         maintain: MaintainArgs,
     },
-    /// One maintenance pass over every table of a local lake: compact small fragments and every
-    /// fragment holding deleted rows (deleted rows leave storage), remove versions outside the
-    /// retention with their files and manifest rows. Prints one line per table; exits non-zero
-    /// if any table failed. The lake must not be served meanwhile (`lake local` runs passes
-    /// itself with --maintain-every-minutes).
+    /// One maintenance pass over every table: compact small fragments and every fragment holding
+    /// deleted rows (deleted rows leave storage), remove versions outside the retention with
+    /// their files and manifest rows. Prints one line per table; exits non-zero if any table
+    /// failed. With --data, a local lake that is not being served (`lake local` runs passes
+    /// itself with --maintain-every-minutes); without it, the cloud lake the maintenance role's
+    /// LAKE_* environment names (LAKE_ROLE=maintenance: what its CronJob runs).
     Maintain {
-        /// The data directory of the lake.
+        /// The data directory of a local lake.
         #[arg(long)]
-        data: PathBuf,
+        data: Option<PathBuf>,
         #[command(flatten)]
         options: MaintainArgs,
     },
@@ -298,7 +299,14 @@ fn main() -> ExitCode {
                 )
                 .await
             }
-            Command::Maintain { data, options } => maintain_local(&data, options.options()).await,
+            Command::Maintain {
+                data: Some(data),
+                options,
+            } => maintain_local(&data, options.options()).await,
+            Command::Maintain {
+                data: None,
+                options,
+            } => maintain_cloud(options.options()).await,
             Command::Serve => serve().await,
             Command::Selftest => selftest().await,
             Command::Sql {
@@ -442,7 +450,29 @@ async fn maintain_local(
             Err(e) if held_by_another_process(&e) => return Err(Failure::LakeServed(data)),
             other => other?,
         };
-    let summary = lake_runtime::maintain::run(metadata.engine(), options)
+    report_pass(metadata.engine(), options).await
+}
+
+/// `lake maintain` in the maintenance role: one pass over the cloud lake its LAKE_* environment
+/// names, through the warehouse and the manifest table only.
+async fn maintain_cloud(options: lake_runtime::maintain::Options) -> Result<(), Failure> {
+    let (config, unknown) =
+        MaintenanceConfig::from_vars(std::env::vars()).map_err(Failure::Config)?;
+    for name in &unknown {
+        tracing::warn!(variable = %name, "unknown LAKE_* variable ignored");
+    }
+    let context =
+        MaintenanceContext::open(&config.plan, &config.cluster_id, &ConnectOptions::default())
+            .await?;
+    report_pass(context.engine(), options).await
+}
+
+/// Runs one pass and prints a line per table and a summary; fails if any table failed.
+async fn report_pass(
+    engine: &lake_runtime::engine::WriteEngine,
+    options: lake_runtime::maintain::Options,
+) -> Result<(), Failure> {
+    let summary = lake_runtime::maintain::run(engine, options)
         .await
         .map_err(|e| Failure::Maintain(Box::new(e)))?;
     for table in &summary.tables {

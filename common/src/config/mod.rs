@@ -12,12 +12,14 @@ use crate::plan::storage::{self, StorageFields};
 use crate::plan::{
     AuthorityPlan, AwsTarget, LOCAL_MANIFEST_FILE, LOCAL_META_DIR, LOCAL_REGISTRY_FILE,
     ManifestStore, ManifestTableName, MetadataConnectionPlan, PlanError, PlanErrors,
-    QueryConnectionPlan, RegistryStore, RegistryTableName, Role, RolePlan, STAGE_DIR, Storage,
-    StorageRequest, check_distinct,
+    QueryConnectionPlan, RegistryStore, RegistryTableName, Role, RolePlan, S3Location, STAGE_DIR,
+    Storage, StorageRequest, check_distinct,
 };
 
 mod limits;
+mod maintenance;
 pub use limits::Limits;
+pub use maintenance::{MAINTENANCE_ROLE, MaintenanceConfig};
 
 pub const LAKE_ROLE: &str = "LAKE_ROLE";
 pub const LAKE_WAREHOUSE: &str = "LAKE_WAREHOUSE";
@@ -223,16 +225,7 @@ impl RuntimeConfig {
         K: Into<String>,
         V: Into<String>,
     {
-        let mut env = BTreeMap::new();
-        let mut unknown = Vec::new();
-        for (k, v) in vars {
-            let k = k.into();
-            if let Some(known) = ALL_VARS.iter().find(|n| **n == k) {
-                env.insert(*known, v.into());
-            } else if k.starts_with("LAKE_") {
-                unknown.push(k);
-            }
-        }
+        let (env, unknown) = known_vars(vars);
         let get = |name: &str| env.get(name).map(String::as_str).filter(|v| !v.is_empty());
         let mut errors = Vec::new();
 
@@ -424,11 +417,7 @@ impl RuntimeConfig {
         let (root, aws) = match &warehouse {
             Storage::S3(s3) => (
                 s3.url(""),
-                Some(AwsTarget {
-                    region: s3.region.clone(),
-                    dynamodb_endpoint: get(LAKE_DYNAMODB_ENDPOINT).map(str::to_owned),
-                    s3_endpoint: s3.endpoint.clone(),
-                }),
+                Some(aws_target(s3, get(LAKE_DYNAMODB_ENDPOINT))),
             ),
             Storage::Local { path } => (path.display().to_string(), None),
         };
@@ -461,6 +450,35 @@ impl RuntimeConfig {
             },
             unknown,
         })
+    }
+}
+
+/// The contract's variables among `vars`, and the `LAKE_*` names it does not know.
+fn known_vars<I, K, V>(vars: I) -> (BTreeMap<&'static str, String>, Vec<String>)
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<String>,
+    V: Into<String>,
+{
+    let mut env = BTreeMap::new();
+    let mut unknown = Vec::new();
+    for (k, v) in vars {
+        let k = k.into();
+        if let Some(known) = ALL_VARS.iter().find(|n| **n == k) {
+            env.insert(*known, v.into());
+        } else if k.starts_with("LAKE_") {
+            unknown.push(k);
+        }
+    }
+    (env, unknown)
+}
+
+/// Where the AWS clients of an `s3` warehouse connect.
+fn aws_target(s3: &S3Location, dynamodb_endpoint: Option<&str>) -> AwsTarget {
+    AwsTarget {
+        region: s3.region.clone(),
+        dynamodb_endpoint: dynamodb_endpoint.map(str::to_owned),
+        s3_endpoint: s3.endpoint.clone(),
     }
 }
 

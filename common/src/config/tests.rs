@@ -208,3 +208,54 @@ fn every_problem_is_reported_with_its_variable() {
         ]
     );
 }
+
+#[test]
+fn maintenance_round_trips_without_registry_or_serving_variables() {
+    let config = MaintenanceConfig::for_plan(&cloud_plan(), "uid-1".into()).unwrap();
+    let vars = config.to_vars();
+    assert_eq!(vars[LAKE_ROLE], MAINTENANCE_ROLE);
+    assert!(
+        !vars.contains_key(LAKE_REGISTRY_DYNAMODB_TABLE),
+        "the maintenance role was given the registry: {vars:?}"
+    );
+    let (parsed, unknown) = MaintenanceConfig::from_vars(vars.clone()).unwrap();
+    assert_eq!(parsed, config);
+    assert!(unknown.is_empty());
+    // A local lake has no maintenance role of its own.
+    let local = AuthorityPlan::new(
+        &AuthorityRequest {
+            cluster_name: "analytics".into(),
+            storage: StorageRequest::Local {
+                path: "/data/lake".into(),
+            },
+            registry_table: None,
+            manifest_table: None,
+            legacy_table: None,
+            dynamodb_endpoint: None,
+        },
+        &PlanFields::SPEC,
+    )
+    .unwrap();
+    assert_eq!(MaintenanceConfig::for_plan(&local, "uid-1".into()), None);
+
+    // Each refusal names its variable.
+    for (name, value) in [
+        (LAKE_REGISTRY_DYNAMODB_TABLE, "analytics-registry"),
+        (LAKE_FLIGHT_ADDR, "0.0.0.0:8815"),
+        (LAKE_TOKEN_FILE, "/tokens"),
+        (LAKE_MEMORY_LIMIT_MB, "100"),
+        (LAKE_ROLE, "metadata"),
+        (LAKE_WAREHOUSE, "/data/lake"),
+    ] {
+        let mut bad = vars.clone();
+        bad.insert(name, value.to_owned());
+        let err = MaintenanceConfig::from_vars(bad).unwrap_err().to_string();
+        assert!(err.contains(name), "{name}={value}: {err}");
+    }
+    for name in [LAKE_CLUSTER_ID, LAKE_MANIFEST_DYNAMODB_TABLE, LAKE_ROLE] {
+        let mut bad = vars.clone();
+        bad.remove(name);
+        let err = MaintenanceConfig::from_vars(bad).unwrap_err().to_string();
+        assert!(err.contains(name), "without {name}: {err}");
+    }
+}

@@ -5,7 +5,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::connection::{
-    AwsTarget, ManifestStore, MetadataConnectionPlan, QueryConnectionPlan, RegistryStore,
+    AwsTarget, MaintenanceConnectionPlan, ManifestStore, MetadataConnectionPlan,
+    QueryConnectionPlan, RegistryStore,
 };
 use super::storage::{self, Storage, StorageFields, StorageRequest};
 use super::{
@@ -273,6 +274,19 @@ impl AuthorityPlan {
             self.manifests.clone(),
             self.aws.clone(),
         )
+    }
+
+    /// The maintenance role: the warehouse and the manifest table, no registry. `None` for a
+    /// local lake, which the process serving it maintains.
+    pub fn maintenance(&self) -> Option<MaintenanceConnectionPlan> {
+        match (&self.manifests, &self.aws) {
+            (ManifestStore::DynamoDb { table }, Some(aws)) => Some(MaintenanceConnectionPlan::new(
+                self.warehouse.clone(),
+                table.clone(),
+                aws.clone(),
+            )),
+            _ => None,
+        }
     }
 }
 

@@ -39,6 +39,10 @@ impl std::str::FromStr for Role {
         match s {
             "query" => Ok(Role::Query),
             "metadata" => Ok(Role::Metadata),
+            "maintenance" => Err(
+                "is not served: `lake maintain` runs the maintenance role (without --data)"
+                    .to_owned(),
+            ),
             other => Err(format!(
                 "{other:?} is not a role; expected query or metadata"
             )),
@@ -208,5 +212,36 @@ impl RolePlan {
             RolePlan::Query(_) => Role::Query,
             RolePlan::Metadata(_) => Role::Metadata,
         }
+    }
+}
+
+/// What the maintenance role connects to, in the cloud: the warehouse (read, write and delete:
+/// compaction rewrites files, removal deletes those only removed versions use) and the manifest
+/// table (read, write, and delete the rows of removed versions). No registry (it finds the tables
+/// by listing the warehouse), no stage, no port. A local lake is maintained by the process that
+/// holds its stores (`lake maintain --data`, `lake local --maintain-every-minutes`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MaintenanceConnectionPlan {
+    warehouse: String,
+    manifests: ManifestTableName,
+    aws: AwsTarget,
+}
+
+impl MaintenanceConnectionPlan {
+    pub(crate) fn new(warehouse: String, manifests: ManifestTableName, aws: AwsTarget) -> Self {
+        Self {
+            warehouse,
+            manifests,
+            aws,
+        }
+    }
+    pub fn warehouse(&self) -> &str {
+        &self.warehouse
+    }
+    pub fn manifests(&self) -> &ManifestTableName {
+        &self.manifests
+    }
+    pub fn aws(&self) -> &AwsTarget {
+        &self.aws
     }
 }

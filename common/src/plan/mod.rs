@@ -9,8 +9,8 @@ mod table_name;
 
 pub use authority::{AuthorityPlan, AuthorityRequest, PlanFields, check_distinct};
 pub use connection::{
-    Access, AwsTarget, ManifestStore, MetadataConnectionPlan, Provisioning, QueryConnectionPlan,
-    RegistryStore, Role, RolePlan,
+    Access, AwsTarget, MaintenanceConnectionPlan, ManifestStore, MetadataConnectionPlan,
+    Provisioning, QueryConnectionPlan, RegistryStore, Role, RolePlan,
 };
 pub use storage::{S3Location, Storage, StorageFields, StorageRequest};
 pub use table_name::{

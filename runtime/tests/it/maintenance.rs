@@ -15,7 +15,9 @@ use lake_runtime::maintain::{self, Options, Outcome, Retention};
 use lake_runtime::store::{EmbeddedStore, SortKey, query_all};
 use object_store::ObjectStoreExt;
 
-use crate::support::{CloudLake, LocalLake, batch_named, local_plan, options, schema, seed, table};
+use crate::support::{
+    CloudLake, LocalLake, batch_named, local_plan, options, requests_of, schema, seed, table,
+};
 
 /// Everything old goes: no retention, no grace.
 fn eager() -> Options {
@@ -597,6 +599,116 @@ async fn maintain_command_runs_a_pass_and_removed_versions_are_not_found() {
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
+}
+
+/// `lake maintain` in the maintenance role (its LAKE_* environment, as its CronJob runs it) erases
+/// a cloud lake's deleted rows through the warehouse and the manifest table only: the emulator's
+/// log shows no registry request and no object outside the warehouse. A bad environment is
+/// refused before anything is reached, naming the variable.
+#[test]
+fn maintain_command_in_the_maintenance_role_reaches_only_the_warehouse_and_manifests() {
+    use lake_common::config::{LAKE_REGISTRY_DYNAMODB_TABLE, MaintenanceConfig};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let lake = runtime.block_on(CloudLake::new());
+    let t = table("people", "contacts");
+    let marker = format!("erase-me-{}", lake_testkit::unique("m"));
+    runtime.block_on(async {
+        write_then_delete(&lake.metadata().await, &t, &marker).await;
+    });
+    assert!(!data_files_holding(&runtime.block_on(bucket_objects(&lake)), &marker).is_empty());
+    let key = lake_testkit::unique("MAINTKEY").to_uppercase();
+    let config = MaintenanceConfig::for_plan(&lake.plan, lake.cluster.clone()).unwrap();
+    let maintain = |extra: &[(&str, &str)]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+            .args([
+                "maintain",
+                "--retention-seconds",
+                "0",
+                "--grace-seconds",
+                "0",
+            ])
+            .args(["--target-rows-per-fragment", "10"])
+            .env_clear()
+            .envs(config.to_vars())
+            .envs(extra.iter().copied())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("AWS_ACCESS_KEY_ID", &key)
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .output()
+            .unwrap()
+    };
+
+    let recording = lake_testkit::moto().start_recording();
+    let refused = maintain(&[(LAKE_REGISTRY_DYNAMODB_TABLE, &lake.registry_table())]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains(LAKE_REGISTRY_DYNAMODB_TABLE), "{err}");
+    assert_eq!(
+        requests_of(&recording.stop(), &key),
+        Vec::<(String, String, String)>::new(),
+        "a refused configuration reached AWS"
+    );
+
+    let recording = lake_testkit::moto().start_recording();
+    let ran = maintain(&[]);
+    let log = recording.stop();
+    let out = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        ran.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(out.contains("people.contacts: ok"), "{out}");
+    assert!(out.contains("1 tables, 0 failed"), "{out}");
+    assert_eq!(
+        holding(&runtime.block_on(bucket_objects(&lake)), &marker),
+        Vec::<String>::new(),
+        "objects still holding the deleted rows"
+    );
+    // Every request names the manifest table or an object (or listing) under the warehouse
+    // prefix; a batch names them in its body (DynamoDB's BatchWriteItem, S3's DeleteObjects).
+    let calls = lake_testkit::requests_signed_by(&log, &key);
+    let warehouse = format!("/{}/wh/", lake.bucket);
+    let mut deleted = 0;
+    for call in &calls {
+        let body = String::from_utf8_lossy(&call.body);
+        match (call.service.as_str(), call.action.as_str()) {
+            ("dynamodb", "BatchWriteItem") => {
+                let request: serde_json::Value = serde_json::from_slice(&call.body).unwrap();
+                let tables: Vec<&String> = request["RequestItems"]
+                    .as_object()
+                    .map(|items| items.keys().collect())
+                    .unwrap_or_default();
+                assert_eq!(tables, [&lake.manifest_table()], "{body}");
+            }
+            ("dynamodb", action) => assert_eq!(
+                call.resource,
+                lake.manifest_table(),
+                "maintenance made a {action} call on {}",
+                call.resource
+            ),
+            ("s3", "POST") if call.resource.ends_with("?delete") => {
+                let keys: Vec<&str> = body
+                    .split("<Key>")
+                    .skip(1)
+                    .filter_map(|k| k.split("</Key>").next())
+                    .collect();
+                assert!(
+                    !keys.is_empty() && keys.iter().all(|k| k.starts_with("wh/")),
+                    "maintenance deleted outside the warehouse: {keys:?}"
+                );
+                deleted += keys.len();
+            }
+            ("s3", action) => assert!(
+                call.resource.contains(&warehouse) || call.resource.contains("prefix=wh%2F"),
+                "maintenance reached outside the warehouse: {action} {}",
+                call.resource
+            ),
+            (service, action) => panic!("maintenance called {service} {action} {}", call.resource),
+        }
+    }
+    assert!(deleted > 0, "no object was deleted");
 }
 
 /// `lake local --maintain-every-minutes 1` maintains its own lake while serving it.

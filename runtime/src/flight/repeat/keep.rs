@@ -1,15 +1,20 @@
-//! Above an operator that repeats rows: what its guards reserved, kept until it is done, and the
-//! batch it last built.
+//! Above an operator that repeats rows: what its guards reserved, kept until the operator has
+//! emitted what it held, and the batch it last built.
 //!
-//! A window operator drops its input stream when that ends and only then computes what it still
-//! held: the guard's reservation of those rows would go with the guard's stream. So each guard
-//! hands its reservation over to a [`KeepReservation`] above its operator, which holds it until
-//! the operator's own stream ends.
+//! A window operator drops its input stream when that ends and only then, in the same poll,
+//! computes what it still held: the guard's reservation of those rows would go with the guard's
+//! stream. So each guard hands its reservation over to a [`KeepReservation`] above its operator,
+//! which holds it through that poll: once every guard's stream is gone, the operator has taken
+//! all its input and what it held goes out as output (a bounded window's last batch is slices of
+//! the buffer it held), which whatever takes it reserves, so the kept reservations end with the
+//! batch returned (or the stream).
 //!
 //! A join's or window's output batches are copies its guards only compared with the budget (one
-//! batch cannot outgrow it): each, once built, is reserved here until the next, so that another
-//! operator of the statement cannot take the same budget meanwhile. Not for its lifetime: an
-//! operator above that keeps it (a sort, a hash table) reserves it itself, and may spill it.
+//! batch cannot outgrow it): each, once built, is counted here until the next, so that another
+//! operator of the statement finds that much less room meanwhile. Counted without a check: an
+//! operator above that keeps the batch (a sort, a hash table) reserves it too, and a sort spills
+//! only when its own reservation fails. The statement is refused once its pool holds more than
+//! twice its budget, as for what expressions build ([`super::super::bounded`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -17,10 +22,17 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
+use datafusion::execution::memory_pool::{
+    MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
+};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::execution_plan::CardinalityEffect;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
+};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, Statistics,
 };
@@ -160,6 +172,7 @@ impl ExecutionPlan for KeepReservation {
             output,
             batch: MemoryConsumer::new(format!("lake: {}'s output", output.operator))
                 .register(pool),
+            pool: Arc::clone(pool),
             limit,
         });
         let input = self.input.execute(partition, context)?;
@@ -179,6 +192,9 @@ impl ExecutionPlan for KeepReservation {
     fn cardinality_effect(&self) -> CardinalityEffect {
         CardinalityEffect::Equal
     }
+
+    // Today both this and the guards come after pushdown; transparent in case that changes.
+    transparent_to_filters!();
 }
 
 /// The operator's stream, and the reservations its guards handed over so far.
@@ -199,29 +215,30 @@ pub(super) struct Output {
     pub passed_on: usize,
 }
 
-/// An operator's last output batch, reserved until the next one (or its stream's end).
+/// An operator's last output batch, counted until the next one (or its stream's end).
 struct Claims {
     output: Output,
     batch: MemoryReservation,
-    /// The query's budget, for the refusal.
+    pool: Arc<dyn MemoryPool>,
+    /// The query's budget.
     limit: usize,
 }
 
 impl Claims {
-    /// Reserves `batch` in place of the one before; refuses it if the query's pool cannot hold it.
+    /// Counts `batch` in place of the one before; refuses it if the query's pool now holds more
+    /// than twice its budget.
     fn claim(&mut self, batch: &arrow::array::RecordBatch) -> Result<()> {
         let own =
             batch.project(&(self.output.passed_on..batch.num_columns()).collect::<Vec<_>>())?;
         let bytes: i64 = super::wire_rows(&own).iter().sum();
-        if self
-            .batch
-            .try_resize(usize::try_from(bytes).unwrap_or(usize::MAX))
-            .is_err()
-        {
+        self.batch
+            .resize(usize::try_from(bytes).unwrap_or(usize::MAX));
+        let held = self.pool.reserved();
+        if held > self.limit.saturating_mul(2) {
             return Err(DataFusionError::External(Box::new(
                 Status::resource_exhausted(format!(
-                    "a batch of the rows {} built: {bytes} bytes, beside what the query holds; \
-                     it may hold {} MiB (LAKE_QUERY_MEMORY_LIMIT_MB)",
+                    "a batch of the rows {} built ({bytes} bytes) leaves the query holding \
+                     {held} bytes, more than twice its {} MiB (LAKE_QUERY_MEMORY_LIMIT_MB)",
                     self.output.operator,
                     self.limit / MIB
                 )),
@@ -235,6 +252,9 @@ impl Stream for Keeping {
     type Item = Result<arrow::array::RecordBatch>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // Before and after: a guard executed during this poll may also end in it.
+        let given = self.handoff.take(self.partition);
+        self.kept.extend(given);
         let mut polled = self.input.as_mut().poll_next(cx);
         let given = self.handoff.take(self.partition);
         self.kept.extend(given);
@@ -246,6 +266,11 @@ impl Stream for Keeping {
             Poll::Ready(Some(Ok(batch))) => {
                 if let Some(Err(e)) = self.claims.as_mut().map(|c| c.claim(batch)) {
                     polled = Poll::Ready(Some(Err(e)));
+                }
+                // Every guard's stream is gone (only this keeper holds their reservations): what
+                // they counted is in what goes out now.
+                if self.kept.iter().all(|kept| Arc::strong_count(kept) == 1) {
+                    self.kept.clear();
                 }
             }
             Poll::Ready(Some(Err(_))) | Poll::Pending => {}

@@ -39,6 +39,30 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tonic::Status;
 
+/// The filter-pushdown methods of a node with one input that passes every filter on to it, so
+/// that a join's dynamic filters still reach its scans.
+macro_rules! transparent_to_filters {
+    () => {
+        fn gather_filters_for_pushdown(
+            &self,
+            _phase: FilterPushdownPhase,
+            parent_filters: Vec<Arc<dyn PhysicalExpr>>,
+            _config: &ConfigOptions,
+        ) -> Result<FilterDescription> {
+            FilterDescription::from_children(parent_filters, &self.children())
+        }
+
+        fn handle_child_pushdown_result(
+            &self,
+            _phase: FilterPushdownPhase,
+            child_pushdown_result: ChildPushdownResult,
+            _config: &ConfigOptions,
+        ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+            Ok(FilterPushdownPropagation::if_all(child_pushdown_result))
+        }
+    };
+}
+
 mod held;
 mod keep;
 mod widths;
@@ -393,24 +417,7 @@ impl ExecutionPlan for Guarded {
         CardinalityEffect::Equal
     }
 
-    /// Transparent to filters, so that a join's dynamic filters still reach its scans.
-    fn gather_filters_for_pushdown(
-        &self,
-        _phase: FilterPushdownPhase,
-        parent_filters: Vec<Arc<dyn PhysicalExpr>>,
-        _config: &ConfigOptions,
-    ) -> Result<FilterDescription> {
-        FilterDescription::from_children(parent_filters, &self.children())
-    }
-
-    fn handle_child_pushdown_result(
-        &self,
-        _phase: FilterPushdownPhase,
-        child_pushdown_result: ChildPushdownResult,
-        _config: &ConfigOptions,
-    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
-        Ok(FilterPushdownPropagation::if_all(child_pushdown_result))
-    }
+    transparent_to_filters!();
 }
 
 /// One stream's measure of what it passed on.

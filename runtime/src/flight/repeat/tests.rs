@@ -2,7 +2,9 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
-use datafusion::execution::memory_pool::GreedyMemoryPool;
+use datafusion::execution::memory_pool::{
+    GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
+};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -220,15 +222,20 @@ fn wide(guarded: bool) -> SessionContext {
     let table = MemTable::try_new(Arc::clone(&schema), vec![batches])
         .unwrap()
         .with_sort_order(vec![vec![col("value").sort(true, false)]]);
-    let ctx = session(guarded);
     // One partition, as it is stored: two would be sorted again.
+    let ctx = one_partition(session(guarded));
+    ctx.register_table("wide", Arc::new(table)).unwrap();
+    ctx
+}
+
+/// `ctx`, planning on one partition (the default is one per core).
+fn one_partition(ctx: SessionContext) -> SessionContext {
     ctx.state_ref()
         .write()
         .config_mut()
         .options_mut()
         .execution
         .target_partitions = 1;
-    ctx.register_table("wide", Arc::new(table)).unwrap();
     ctx
 }
 
@@ -376,39 +383,119 @@ async fn reserved_while_emitting(ctx: &SessionContext, sql: &str) -> (usize, usi
     (emitting, pool.reserved())
 }
 
+/// A 64 MiB pool that notes what it holds whenever a window's output batch is counted.
+#[derive(Debug)]
+struct Noting {
+    inner: GreedyMemoryPool,
+    at_output: std::sync::Mutex<Vec<usize>>,
+}
+
+impl std::fmt::Display for Noting {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("noting")
+    }
+}
+
+impl MemoryPool for Noting {
+    fn name(&self) -> &str {
+        "noting"
+    }
+
+    fn register(&self, consumer: &MemoryConsumer) {
+        self.inner.register(consumer)
+    }
+
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        self.inner.unregister(consumer)
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, n: usize) {
+        self.inner.grow(reservation, n);
+        if reservation
+            .consumer()
+            .name()
+            .starts_with("lake: a window function's output")
+        {
+            self.at_output.lock().unwrap().push(self.inner.reserved());
+        }
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, n: usize) {
+        self.inner.shrink(reservation, n)
+    }
+
+    fn try_grow(
+        &self,
+        reservation: &MemoryReservation,
+        n: usize,
+    ) -> datafusion::common::Result<()> {
+        self.inner.try_grow(reservation, n)
+    }
+
+    fn reserved(&self) -> usize {
+        self.inner.reserved()
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        self.inner.memory_limit()
+    }
+}
+
 #[tokio::test]
 async fn a_window_keeps_its_reservation_until_it_has_emitted() {
-    // The operator emits only once its input ended (and it dropped the input's stream): the
-    // 24 MB it holds stay reserved while it computes and emits them, and no longer.
+    // The operator computes its output only once its input ended (and it dropped the input's
+    // stream): the 24 MB it holds stay reserved while it computes them — still there when its
+    // first output batch is counted — and go once that batch is out (whoever takes it reserves
+    // it); nothing stays after the stream.
+    let pool = Arc::new(Noting {
+        inner: GreedyMemoryPool::new(64 << 20),
+        at_output: Default::default(),
+    });
+    let state = SessionStateBuilder::new_from_existing(wide(true).state())
+        .with_runtime_env(
+            RuntimeEnvBuilder::new()
+                .with_memory_pool(pool.clone())
+                .build_arc()
+                .unwrap(),
+        )
+        .build();
+    let ctx = SessionContext::new_with_state(state);
     let sql = "SELECT count(s) OVER () FROM (SELECT * FROM wide LIMIT 10000)";
-    let (emitting, after) = reserved_while_emitting(&wide(true), sql).await;
+    let (emitting, after) = reserved_while_emitting(&ctx, sql).await;
+    let at_output = pool.at_output.lock().unwrap().clone();
     assert!(
-        emitting >= 24_000_000,
-        "{emitting} bytes reserved while emitting"
+        at_output.first().is_some_and(|held| *held >= 24_000_000),
+        "held when the first output batch was counted: {at_output:?}"
+    );
+    assert!(
+        emitting < 1_000_000,
+        "{emitting} bytes still reserved once it was out"
     );
     assert_eq!(after, 0, "reserved after the stream ended");
 }
 
 #[tokio::test]
 async fn a_join_reserves_the_batch_it_built() {
-    // A 3 KB row repeated 30,000 times: batches of 25 MB (each of the session's two partitions
-    // builds its own at once: 50 MB, inside the 64 MiB budget).
+    use futures::StreamExt;
+    // A 3 KB row repeated 30,000 times: batches of 25 MB, on one partition.
     let sql = "SELECT w.s FROM (SELECT repeat(CAST(value AS VARCHAR), 3000) AS s \
                FROM generate_series(1, 1)) w CROSS JOIN generate_series(1, 30000)";
-    // The batch the join built stays reserved while it is passed on, and no longer.
-    let (emitting, after) = reserved_while_emitting(&session(true), sql).await;
+    let one = || one_partition(session(true));
+    // The batch the join built is counted while it is passed on, and no longer.
+    let (emitting, after) = reserved_while_emitting(&one(), sql).await;
     assert!(
         emitting >= 3000 * 8192,
-        "{emitting} bytes reserved while emitting"
+        "{emitting} bytes counted while emitting"
     );
-    assert_eq!(after, 0, "reserved after the stream ended");
-    // Beside 40 MiB held by another operator of the statement, the batch does not fit: refused
-    // (DataFusion's join itself reserves none of it).
-    let ctx = session(true);
-    let other = datafusion::execution::memory_pool::MemoryConsumer::new("another operator")
-        .register(&ctx.runtime_env().memory_pool);
-    other.grow(40 << 20);
-    let e = ctx.sql(sql).await.unwrap().collect().await.err();
+    assert_eq!(after, 0, "counted after the stream ended");
+    // Once another operator of the statement holds 110 MiB, the next batch takes the query past
+    // twice its budget: refused (DataFusion's join itself counts none of it).
+    let ctx = one();
+    let mut stream = ctx.sql(sql).await.unwrap().execute_stream().await.unwrap();
+    assert!(matches!(stream.next().await, Some(Ok(_))));
+    let other = MemoryConsumer::new("another operator").register(&ctx.runtime_env().memory_pool);
+    other.grow(110 << 20);
+    let e = stream.next().await.and_then(Result::err);
     let status = e.as_ref().and_then(status_of);
     assert!(
         status.is_some_and(|s| s.code() == tonic::Code::ResourceExhausted

@@ -24,9 +24,7 @@ use std::task::{Context, Poll};
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::memory_pool::{
-    MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
-};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::execution_plan::CardinalityEffect;
@@ -110,6 +108,12 @@ impl KeepReservation {
     }
 }
 
+impl KeepReservation {
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        KeepReservation::new(input, Arc::clone(&self.handoff), self.claims)
+    }
+}
+
 impl DisplayAs for KeepReservation {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match self.claims {
@@ -120,41 +124,7 @@ impl DisplayAs for KeepReservation {
 }
 
 impl ExecutionPlan for KeepReservation {
-    fn name(&self) -> &str {
-        "LakeKeepReservation"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
-    }
-
-    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![false]
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        match (children.pop(), children.is_empty()) {
-            (Some(input), true) => Ok(Arc::new(KeepReservation::new(
-                input,
-                Arc::clone(&self.handoff),
-                self.claims,
-            ))),
-            _ => Err(DataFusionError::Internal(
-                "LakeKeepReservation takes one input".into(),
-            )),
-        }
-    }
+    one_input_node!("LakeKeepReservation");
 
     fn execute(
         &self,
@@ -164,10 +134,7 @@ impl ExecutionPlan for KeepReservation {
         // Guards execute with their operator (a hash join's build side with its first partition,
         // kept by that partition's keeper): most hand over here, any later one during a poll.
         let pool = context.memory_pool();
-        let limit = match pool.memory_limit() {
-            MemoryLimit::Finite(limit) => limit,
-            MemoryLimit::Infinite | MemoryLimit::Unknown => usize::MAX,
-        };
+        let limit = super::pool_limit(pool);
         let claims = self.claims.map(|output| Claims {
             output,
             batch: MemoryConsumer::new(format!("lake: {}'s output", output.operator))
@@ -184,17 +151,6 @@ impl ExecutionPlan for KeepReservation {
             claims,
         }))
     }
-
-    fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
-        self.input.partition_statistics(partition)
-    }
-
-    fn cardinality_effect(&self) -> CardinalityEffect {
-        CardinalityEffect::Equal
-    }
-
-    // Today both this and the guards come after pushdown; transparent in case that changes.
-    transparent_to_filters!();
 }
 
 /// The operator's stream, and the reservations its guards handed over so far.

@@ -18,7 +18,7 @@ use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -39,10 +39,53 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tonic::Status;
 
-/// The filter-pushdown methods of a node with one input that passes every filter on to it, so
-/// that a join's dynamic filters still reach its scans.
-macro_rules! transparent_to_filters {
-    () => {
+/// What an `ExecutionPlan` with one input that it passes on unchanged (`input`, `properties`
+/// fields, and `fn with_input(&self, input) -> Self`) has in common with the others: its
+/// properties, statistics and cardinality are its input's, and it passes every filter on to it,
+/// so that a join's dynamic filters still reach its scans.
+macro_rules! one_input_node {
+    ($name:literal) => {
+        fn name(&self) -> &str {
+            $name
+        }
+
+        fn properties(&self) -> &Arc<PlanProperties> {
+            &self.properties
+        }
+
+        fn maintains_input_order(&self) -> Vec<bool> {
+            vec![true]
+        }
+
+        fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+            vec![false]
+        }
+
+        fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+            vec![&self.input]
+        }
+
+        fn with_new_children(
+            self: Arc<Self>,
+            mut children: Vec<Arc<dyn ExecutionPlan>>,
+        ) -> Result<Arc<dyn ExecutionPlan>> {
+            match (children.pop(), children.is_empty()) {
+                (Some(input), true) => Ok(Arc::new(self.with_input(input))),
+                _ => Err(DataFusionError::Internal(format!(
+                    "{} takes one input",
+                    $name
+                ))),
+            }
+        }
+
+        fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
+            self.input.partition_statistics(partition)
+        }
+
+        fn cardinality_effect(&self) -> CardinalityEffect {
+            CardinalityEffect::Equal
+        }
+
         fn gather_filters_for_pushdown(
             &self,
             _phase: FilterPushdownPhase,
@@ -61,6 +104,14 @@ macro_rules! transparent_to_filters {
             Ok(FilterPushdownPropagation::if_all(child_pushdown_result))
         }
     };
+}
+
+/// The query's memory budget: its pool's limit (none: unbounded).
+fn pool_limit(pool: &Arc<dyn MemoryPool>) -> usize {
+    match pool.memory_limit() {
+        MemoryLimit::Finite(limit) => limit,
+        MemoryLimit::Infinite | MemoryLimit::Unknown => usize::MAX,
+    }
 }
 
 mod held;
@@ -325,6 +376,12 @@ impl Guarded {
     }
 }
 
+impl Guarded {
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Guarded::new(input, self.check.clone(), Arc::clone(&self.handoff))
+    }
+}
+
 impl DisplayAs for Guarded {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "LakeRepetitionGuard: {:?}", self.check)
@@ -332,41 +389,7 @@ impl DisplayAs for Guarded {
 }
 
 impl ExecutionPlan for Guarded {
-    fn name(&self) -> &str {
-        "LakeRepetitionGuard"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
-    }
-
-    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![false]
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        match (children.pop(), children.is_empty()) {
-            (Some(input), true) => Ok(Arc::new(Guarded::new(
-                input,
-                self.check.clone(),
-                Arc::clone(&self.handoff),
-            ))),
-            _ => Err(DataFusionError::Internal(
-                "LakeRepetitionGuard takes one input".into(),
-            )),
-        }
-    }
+    one_input_node!("LakeRepetitionGuard");
 
     fn execute(
         &self,
@@ -376,10 +399,7 @@ impl ExecutionPlan for Guarded {
         let input = self.input.execute(partition, Arc::clone(&context))?;
         let schema = input.schema();
         let pool = context.memory_pool();
-        let limit = match pool.memory_limit() {
-            MemoryLimit::Finite(limit) => limit,
-            MemoryLimit::Infinite | MemoryLimit::Unknown => usize::MAX,
-        };
+        let limit = pool_limit(pool);
         let held = Arc::new(Mutex::new(
             MemoryConsumer::new(self.check.consumer()).register(pool),
         ));
@@ -408,16 +428,6 @@ impl ExecutionPlan for Guarded {
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
-
-    fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
-        self.input.partition_statistics(partition)
-    }
-
-    fn cardinality_effect(&self) -> CardinalityEffect {
-        CardinalityEffect::Equal
-    }
-
-    transparent_to_filters!();
 }
 
 /// One stream's measure of what it passed on.

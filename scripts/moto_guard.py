@@ -75,6 +75,53 @@ def _dynamodb_resource(self):
 
 DynamoHandler._determine_resource = _dynamodb_resource
 
+# S3 authorises DeleteObjects per key (s3:DeleteObject on each key's ARN); moto authorises the
+# whole request against the bucket's ARN, so a policy scoped to a prefix (lake's) is refused
+# every key of a batch. Authorise each key as AWS does, and let moto's own per-key pass (which
+# reads only bucket policies) refuse the keys the identity may not delete.
+import xmltodict  # noqa: E402
+from moto.iam.access_control import PermissionResult  # noqa: E402
+from moto.s3.models import FakeBucket  # noqa: E402
+from moto.s3.responses import S3Response  # noqa: E402
+
+_denied_keys = threading.local()
+_bucket_permission = FakeBucket.get_permission
+
+
+def _permission_with_identity(self, action, resource):
+    if action == "s3:DeleteObject" and resource in getattr(_denied_keys, "arns", ()):
+        return PermissionResult.DENIED
+    return _bucket_permission(self, action, resource)
+
+
+FakeBucket.get_permission = _permission_with_identity
+_bucket_post = S3Response._bucket_response_post
+
+
+def _delete_keys_authorised_per_key(self, request, bucket_name):
+    if request.headers.get("Content-Length"):
+        self.path = self._get_path(request)  # what is_delete_keys reads
+    if not request.headers.get("Content-Length") or not self.is_delete_keys():
+        return _bucket_post(self, request, bucket_name)
+    self.data["Action"] = "DeleteObject"
+    objects = xmltodict.parse(self.body, strip_whitespace=False)["Delete"].get("Object", [])
+    denied = set()
+    for obj in objects if isinstance(objects, list) else [objects]:
+        try:
+            self._authenticate_and_authorize_s3_action(bucket_name=bucket_name, key_name=obj["Key"])
+        except Exception as e:  # a refusal; anything else (a bad signature) is the request's answer
+            if "AccessDenied" not in type(e).__name__:
+                raise
+            denied.add(f"arn:aws:s3:::{bucket_name}/{obj['Key']}")
+    _denied_keys.arns = denied
+    try:
+        return self._bucket_response_delete_keys(bucket_name)
+    finally:
+        _denied_keys.arns = ()
+
+
+S3Response._bucket_response_post = _delete_keys_authorised_per_key
+
 
 # moto finds the backend of every request by listing its package directory (a listdir and a
 # stat per service, twice per request: once for the Host header, once for the host it infers

@@ -197,9 +197,7 @@ pub fn needs_operator_account(cluster: &ValidatedCluster, allowlist: &Allowlist)
         && cluster.iam.as_ref().is_some_and(|iam| {
             iam.manage
                 && matches!(cluster.authority.storage(), Storage::S3(_))
-                && [&iam.query_role, &iam.metadata_role]
-                    .iter()
-                    .any(|r| role_account(r).is_some())
+                && iam.named().iter().any(|(_, r)| role_account(r).is_some())
         })
 }
 
@@ -278,10 +276,7 @@ pub fn admit(
                 ),
             }),
             Some(rules) => {
-                for (field, role) in [
-                    ("spec.iam.queryRole", &iam.query_role),
-                    ("spec.iam.metadataRole", &iam.metadata_role),
-                ] {
+                for (field, role) in iam.named() {
                     if let Some(account) = role_account(role) {
                         let allowed: Vec<&str> = if rules.accounts.is_empty() {
                             operator_account.into_iter().collect()
@@ -457,6 +452,33 @@ spec:
         assert_eq!(
             refused_fields(admit(&other, &listed, Some(own))),
             ["spec.iam.queryRole"]
+        );
+    }
+
+    /// The maintenance role is one more role the operator writes a policy on: listed, or refused.
+    #[test]
+    fn the_maintenance_role_is_admitted_like_the_others() {
+        let with = |role: &str| {
+            let yaml = format!(
+                "apiVersion: lake.dev/v1alpha1\nkind: LakeCluster\nmetadata: {{name: analytics, namespace: data}}\nspec:\n  storage: {{s3: {{bucket: acme-lake, prefix: wh, region: eu-west-1}}}}\n  iam: {{queryRole: lake-query, metadataRole: lake-metadata, maintenanceRole: \"{role}\"}}\n  query: {{image: lake:1}}\n  metadata: {{image: lake:1}}\n  maintenance: {{}}\n"
+            );
+            crate::validate::validate(&serde_yaml::from_str(&yaml).unwrap()).unwrap()
+        };
+        assert_eq!(
+            refused_fields(admit(&with("lake-maintenance"), &allowlist(""), None)),
+            ["spec.iam.maintenanceRole"]
+        );
+        let listed = Allowlist::parse(
+            "namespaces:\n  data:\n    roles: [lake-query, lake-metadata, lake-maintenance]\n    storage: [{bucket: acme-lake, prefix: wh}]\n",
+            "test",
+        )
+        .unwrap();
+        assert!(admit(&with("lake-maintenance"), &listed, None).is_ok());
+        let foreign = with("arn:aws:iam::999999999999:role/lake-maintenance");
+        assert!(needs_operator_account(&foreign, &listed));
+        assert_eq!(
+            refused_fields(admit(&foreign, &listed, Some("123456789012"))),
+            ["spec.iam.maintenanceRole"]
         );
     }
 

@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use tokio::net::TcpListener;
 
 use crate::aws::{AwsPool, AwsSettings};
@@ -106,7 +107,21 @@ pub async fn run(options: RunOptions) -> Result<(), RunError> {
         .owns(api::<ServiceAccount>(&client, ns), owned.clone())
         .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
         .owns(api::<NetworkPolicy>(&client, ns), owned.clone())
-        .owns(api::<Job>(&client, ns), owned)
+        .owns(api::<Job>(&client, ns), owned.clone())
+        .owns(api::<CronJob>(&client, ns), owned)
+        // A maintenance pass is a Job of the CronJob, not of the LakeCluster: its end is
+        // found by the cluster's label.
+        .watches(
+            api::<Job>(&client, ns),
+            watcher::Config::default().labels(&format!(
+                "app.kubernetes.io/managed-by=lake-operator,app.kubernetes.io/component={}",
+                lake_common::config::MAINTENANCE_ROLE
+            )),
+            |job| {
+                let cluster = job.labels().get("app.kubernetes.io/instance")?.clone();
+                Some(ObjectRef::<LakeCluster>::new(&cluster).within(&job.namespace()?))
+            },
+        )
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

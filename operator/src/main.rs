@@ -430,7 +430,7 @@ fn render_file(file: &PathBuf, render: Render<'_>) -> ExitCode {
                 .collect();
             if let Err(e) = lake_operator::apply::workloads::check_resolved(&objects) {
                 return fail(&format!(
-                    "{e}: give the roles as ARNs (spec.iam.queryRole, spec.iam.metadataRole) to render manifests offline"
+                    "{e}: give the roles as ARNs (spec.iam.queryRole, spec.iam.metadataRole, spec.iam.maintenanceRole) to render manifests offline"
                 ));
             }
             yaml_docs(&mut objects.iter().map(serde_yaml::to_string))

@@ -73,6 +73,7 @@ pub fn runtime_config(cluster: &ValidatedCluster, role: Role) -> RuntimeConfig {
         Role::Query => cluster.query.resources.clone(),
         Role::Metadata => cluster.metadata.resources.clone(),
     };
+    config.limits.query_timeout_seconds = cluster.query_timeout_seconds;
     config.spill_dir = Some(SPILL_DIR.to_owned());
     config.limits.spill_mb = Some(spill_limit_mb(
         tmp_size_mb(&resources_with_disk(resources)),

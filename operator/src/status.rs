@@ -17,14 +17,20 @@ pub const SELF_TEST_PASSED: &str = "SelfTestPassed";
 /// still in the legacy table is not ready.
 pub const MIGRATION_COMPLETE: &str = "MigrationComplete";
 
+/// How the maintenance passes go (only reported with `spec.maintenance`): False once the last
+/// finished pass failed. Not gating Ready: the lake serves while maintenance fails, and
+/// deleted rows wait.
+pub const MAINTAINED: &str = "Maintained";
+
 /// The order conditions are reported in; Ready is always last.
-pub const ORDER: [&str; 7] = [
+pub const ORDER: [&str; 8] = [
     PLAN_VALID,
     TABLES_READY,
     POLICIES_READY,
     MIGRATION_COMPLETE,
     WORKLOADS_READY,
     SELF_TEST_PASSED,
+    MAINTAINED,
     READY,
 ];
 

@@ -157,8 +157,10 @@ enum Command {
     /// read-only (the manifest marker names this cluster), the warehouse lists, it holds no
     /// registry name, and IAM refuses it DynamoDB writes (PutItem, DeleteItem). The metadata
     /// role: both stores open (both markers name this cluster), the registry lists, and IAM
-    /// permits those writes to both tables. Write probes carry a condition that never holds:
-    /// nothing is ever written.
+    /// permits those writes to both tables. The maintenance role (LAKE_ROLE=maintenance): the
+    /// manifest table opens, the warehouse lists, and IAM permits PutItem and a BatchWriteItem
+    /// delete on the manifest table. Write probes carry a condition that never holds, or delete
+    /// a row that does not exist: nothing is ever changed.
     Selftest,
     /// The managed stage: put, get, ls, rm (through the query endpoint's stage descriptor).
     Stage {
@@ -661,17 +663,25 @@ async fn serve() -> Result<(), Failure> {
 }
 
 async fn selftest() -> Result<(), Failure> {
-    let parsed = RuntimeConfig::from_vars(std::env::vars()).map_err(Failure::Config)?;
-    let config = parsed.config;
-    let checks = lake_runtime::selftest::run(&config).await;
+    let maintenance = std::env::var(lake_common::config::LAKE_ROLE)
+        .is_ok_and(|r| r == lake_common::config::MAINTENANCE_ROLE);
+    let (role, checks) = if maintenance {
+        let (config, _) =
+            MaintenanceConfig::from_vars(std::env::vars()).map_err(Failure::Config)?;
+        let checks = lake_runtime::selftest::run_maintenance(&config).await;
+        (lake_common::config::MAINTENANCE_ROLE.to_owned(), checks)
+    } else {
+        let parsed = RuntimeConfig::from_vars(std::env::vars()).map_err(Failure::Config)?;
+        let checks = lake_runtime::selftest::run(&parsed.config).await;
+        (parsed.config.plan.role().to_string(), checks)
+    };
     let failed = checks.iter().filter(|c| !c.passed).count();
     for check in &checks {
         let mark = if check.passed { "ok" } else { "FAILED" };
         println!("{mark} {}: {}", check.name, check.detail);
     }
     println!(
-        "{} selftest: {} passed, {failed} failed",
-        config.plan.role(),
+        "{role} selftest: {} passed, {failed} failed",
         checks.len() - failed
     );
     if failed == 0 {

@@ -6,6 +6,9 @@
 //!   IAM refuses it PutItem and DeleteItem on the manifest table;
 //! - metadata: both stores open (both markers name this cluster) and the registry lists, and
 //!   IAM permits it PutItem and DeleteItem on each table.
+//! - maintenance: the manifest table opens (its marker names this cluster), the warehouse
+//!   lists, it holds no registry name (by construction), and IAM permits it PutItem and a
+//!   BatchWriteItem delete on the manifest table (of a row that does not exist: nothing changes).
 //!
 //! Every write probe (PutItem, DeleteItem) carries a condition that can never hold, so it never
 //! changes anything: IAM answers AccessDenied before the condition is evaluated, and a permitted
@@ -14,11 +17,11 @@
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
-use lake_common::config::RuntimeConfig;
+use lake_common::config::{MaintenanceConfig, RuntimeConfig};
 use lake_common::plan::{ManifestStore, RegistryStore, RolePlan};
 
 use crate::aws::{AwsConnection, ConnectOptions};
-use crate::context::{MetadataContext, QueryContext};
+use crate::context::{MaintenanceContext, MetadataContext, QueryContext};
 
 /// One check's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +144,66 @@ async fn probe_write(
             Err(e) => classify(e),
         },
     }
+}
+
+/// A BatchWriteItem deleting the selftest row, which never exists: permitted or refused,
+/// nothing changes. (A batch carries no condition, so only a delete of nothing is safe.)
+async fn probe_batch_delete(client: &aws_sdk_dynamodb::Client, table: &str) -> Probe {
+    use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
+    let (partition, sort, _) = MANIFEST_KEY;
+    let request = DeleteRequest::builder()
+        .key(partition, AttributeValue::S("__lake__/selftest".into()))
+        .key(sort, AttributeValue::N("0".into()))
+        .build()
+        .map(|delete| WriteRequest::builder().delete_request(delete).build());
+    let request = match request {
+        Ok(request) => request,
+        Err(e) => return Probe::Failed(e.to_string()),
+    };
+    match client
+        .batch_write_item()
+        .request_items(table, vec![request])
+        .send()
+        .await
+    {
+        Ok(_) => Probe::Permitted,
+        Err(e) => classify(e),
+    }
+}
+
+/// Runs every check of the maintenance role.
+pub async fn run_maintenance(config: &MaintenanceConfig) -> Vec<Check> {
+    let options = ConnectOptions::default();
+    let plan = &config.plan;
+    let mut checks = Vec::new();
+    let opens = "maintenance opens the manifest table";
+    match MaintenanceContext::open(plan, &config.cluster_id, &options).await {
+        Ok(context) => {
+            checks.push(Check::new(opens, true, "its marker names this cluster"));
+            let tables = context.engine().list_tables().await;
+            let tables = tables.map(|t| format!("{} tables", t.len()));
+            checks.push(Check::of("maintenance lists the warehouse", tables));
+        }
+        Err(e) => checks.push(Check::of(opens, Err::<String, _>(e))),
+    }
+    checks.push(Check::new(
+        "maintenance holds no registry name",
+        true,
+        "the maintenance plan has no registry (by type)",
+    ));
+    let client = AwsConnection::new(plan.aws(), &options).await.dynamodb();
+    let table = plan.manifests().as_str();
+    let put = probe_write(&client, table, MANIFEST_KEY, Write::PutItem).await;
+    let batch = probe_batch_delete(&client, table).await;
+    for (what, probe) in [("PutItem", put), ("BatchWriteItem delete", batch)] {
+        let name = format!("maintenance may write {table} ({what})");
+        checks.push(match probe {
+            Probe::Permitted => Check::new(name, true, "permitted (nothing changed)"),
+            Probe::Refused(why) => Check::new(name, false, format!("AccessDenied: {why}")),
+            Probe::Failed(why) => Check::new(name, false, why),
+        });
+    }
+    checks
 }
 
 /// Runs every check of the configured role.

@@ -34,3 +34,16 @@ class Checks:
         print(f"{self.passed} passed, {len(self.failed)} failed", flush=True)
         if self.failed:
             sys.exit(1)
+
+
+def objects_holding(s3, bucket, marker):
+    """Every object of `bucket` read raw with the boto3 client `s3`: {"objects": n, "holding":
+    [keys whose bytes contain `marker`]} (erasure is proven on the bytes, not on what a reader
+    returns)."""
+    objects, found = 0, []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for o in page.get("Contents", []):
+            objects += 1
+            if marker.encode() in s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read():
+                found.append(o["Key"])
+    return {"objects": objects, "holding": found}

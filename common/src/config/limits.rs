@@ -22,6 +22,10 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// How long one query may run when `query_timeout_seconds` is unset: the runtime applies
+    /// it, and the operator keeps the maintenance grace above it.
+    pub const DEFAULT_QUERY_TIMEOUT_SECONDS: u64 = 600;
+
     pub(super) const VARS: [&'static str; 5] = [
         LAKE_MEMORY_LIMIT_MB,
         LAKE_QUERY_MEMORY_LIMIT_MB,

@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod apply;
+mod maintenance;
 mod rollout;
 mod storage;
 
@@ -99,7 +100,7 @@ impl Operator {
         std::fs::write(
             &allowlist,
             format!(
-                "namespaces:\n  {namespace}:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{{bucket: \"*-bucket\"}}]\n"
+                "namespaces:\n  {namespace}:\n    roles: [\"*-query-role\", \"*-metadata-role\", \"*-maintenance-role\"]\n    storage: [{{bucket: \"*-bucket\"}}]\n"
             ),
         )
         .unwrap();
@@ -178,10 +179,47 @@ async fn create_aws(endpoint: &str, port: u16) -> String {
     let name = unique("lake");
     create_role(endpoint, &format!("{name}-query-role")).await;
     create_role(endpoint, &format!("{name}-metadata-role")).await;
+    create_role(endpoint, &format!("{name}-maintenance-role")).await;
     let bucket = format!("{name}-bucket");
     let response = lake_testkit::http(port, "PUT", &format!("/{bucket}"));
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     name
+}
+
+/// An emulator of the test's own with IAM enforcement on: the operator signs as an IAM user
+/// allowed everything; each pod holds only what the operator's policy on its role grants.
+async fn enforced_aws(moto: &Moto) -> (Aws, String) {
+    let name = create_aws(moto.endpoint(), moto.port()).await;
+    let iam = iam(moto.endpoint()).await;
+    iam.create_user()
+        .user_name("lake-operator")
+        .send()
+        .await
+        .unwrap();
+    let admin = serde_json::json!({"Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]});
+    iam.put_user_policy()
+        .user_name("lake-operator")
+        .policy_name("admin")
+        .policy_document(admin.to_string())
+        .send()
+        .await
+        .unwrap();
+    let key = iam
+        .create_access_key()
+        .user_name("lake-operator")
+        .send()
+        .await
+        .unwrap()
+        .access_key
+        .unwrap();
+    moto.enforce_iam();
+    let aws = Aws {
+        endpoint: moto.endpoint().to_owned(),
+        operator_key: key.access_key_id,
+        operator_secret: key.secret_access_key,
+    };
+    (aws, name)
 }
 
 impl Lake {
@@ -196,6 +234,11 @@ impl Lake {
     }
 
     fn apply_named(name: &str, aws: &Aws, spec_extra: &str) -> Self {
+        Self::apply_with_iam(name, aws, "", spec_extra)
+    }
+
+    /// With `iam_extra` (YAML lines under `spec.iam:`, indented four spaces) too.
+    fn apply_with_iam(name: &str, aws: &Aws, iam_extra: &str, spec_extra: &str) -> Self {
         let storage = format!(
             r#"  storage:
     s3:
@@ -206,7 +249,7 @@ impl Lake {
   iam:
     queryRole: {name}-query-role
     metadataRole: {name}-metadata-role
-  query:
+{iam_extra}  query:
     replicas: 1
 "#,
             region = Moto::REGION,

@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod iam;
+pub mod maintenance;
 pub mod selftest;
 pub mod tables;
 pub mod tls;

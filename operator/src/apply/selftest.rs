@@ -1,10 +1,10 @@
 //! The post-rollout selftest Jobs: created once per configuration (their names carry its hash),
 //! then read back for their outcome.
 
+use crate::plan::iam::Identity;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use lake_common::plan::Role;
 
 use super::error::ApplyError;
 
@@ -53,7 +53,7 @@ pub async fn ensure(client: &Client, namespace: &str, job: &Job) -> Result<Outco
 }
 
 /// The roles' outcomes as one summary: (all passed, any failed, message).
-pub fn summary(outcomes: &[(Role, String, Outcome)]) -> (bool, bool, String) {
+pub fn summary(outcomes: &[(Identity, String, Outcome)]) -> (bool, bool, String) {
     let passed = outcomes.iter().all(|(_, _, o)| *o == Outcome::Passed);
     let failed: Vec<String> = outcomes
         .iter()
@@ -61,7 +61,11 @@ pub fn summary(outcomes: &[(Role, String, Outcome)]) -> (bool, bool, String) {
         .map(|(role, job, _)| format!("the {role} selftest failed (kubectl logs job/{job})"))
         .collect();
     let message = if passed {
-        "lake selftest passed in both roles".to_owned()
+        let roles: Vec<String> = outcomes
+            .iter()
+            .map(|(role, _, _)| role.to_string())
+            .collect();
+        format!("lake selftest passed in every role ({})", roles.join(", "))
     } else if !failed.is_empty() {
         failed.join("; ")
     } else {

@@ -101,6 +101,7 @@ pub async fn ensure(
             Object::Service(o) => ensure_one(client, namespace, o).await?,
             Object::PodDisruptionBudget(o) => ensure_one(client, namespace, o).await?,
             Object::NetworkPolicy(o) => ensure_one(client, namespace, o).await?,
+            Object::CronJob(o) => ensure_one(client, namespace, o).await?,
         };
         if changed {
             written.push(format!("{}/{}", object.kind(), object.name()));

@@ -81,10 +81,68 @@ pub struct LakeClusterSpec {
     /// Stop every mutation (AWS and Kubernetes); deletion is still honoured.
     #[serde(default)]
     pub paused: bool,
+    /// How long one statement may run on either endpoint (seconds; 600 when unset). The
+    /// maintenance grace must be at least this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub query_timeout_seconds: Option<i64>,
     /// TLS on both Flight endpoints: `Operator` (the default) issues a serving certificate per
     /// role from a CA of the cluster's own; `Disabled` serves plaintext and must be explicit.
     #[serde(default)]
     pub tls: TlsMode,
+    /// Table maintenance (compaction, version retention, erasure of deleted rows): a CronJob
+    /// running `lake maintain` in its own identity (`spec.iam.maintenanceRole`). S3 lakes only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceSpec>,
+}
+
+/// When and how `lake maintain` runs (docs/guides/maintenance.md: what each knob costs).
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceSpec {
+    /// When passes start: a CronJob schedule (five fields, or `@hourly`, `@daily`, …).
+    #[serde(default = "default_schedule")]
+    pub schedule: String,
+    /// Versions younger than this stay, for time travel (seconds; a week by default).
+    #[serde(default = "default_retention")]
+    pub retention_seconds: i64,
+    /// How long a replaced version stays for the queries still reading it (seconds): at least
+    /// the query timeout (600).
+    #[serde(default = "default_grace")]
+    pub grace_seconds: i64,
+    /// Compaction merges smaller fragments up to this many rows.
+    #[serde(default = "default_target_rows")]
+    pub target_rows_per_fragment: i64,
+    /// An index is brought up to date once this many rows are not in it yet.
+    #[serde(default = "default_index_rows")]
+    pub index_unindexed_rows: i64,
+    /// A pass still running after this many seconds is stopped (the next one resumes).
+    #[serde(default = "default_deadline")]
+    pub deadline_seconds: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// No new passes while true (one running finishes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+}
+
+fn default_schedule() -> String {
+    "0 * * * *".into()
+}
+fn default_retention() -> i64 {
+    604_800
+}
+fn default_grace() -> i64 {
+    900
+}
+fn default_target_rows() -> i64 {
+    1_048_576
+}
+fn default_index_rows() -> i64 {
+    100_000
+}
+fn default_deadline() -> i64 {
+    3_600
 }
 
 #[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -180,6 +238,10 @@ pub struct IamSpec {
     pub query_role: String,
     /// Role name or ARN for the metadata workload.
     pub metadata_role: String,
+    /// Role name or ARN for the maintenance Job; required with `spec.maintenance`, refused
+    /// without it (no role holds a grant nothing uses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_role: Option<String>,
     /// `false`: only report the policies in status; someone else attaches them.
     #[serde(default = "default_true")]
     pub manage: bool,

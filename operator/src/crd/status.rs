@@ -25,6 +25,40 @@ pub struct LakeClusterStatus {
     pub tls: Option<TlsStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<MigrationStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceStatus>,
+}
+
+/// The maintenance CronJob and how its passes went (its Jobs, as Kubernetes keeps them: the
+/// last three of each outcome).
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceStatus {
+    pub cron_job: String,
+    /// The newest pass that finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pass: Option<PassStatus>,
+    /// Finished passes that failed since the last one that succeeded.
+    #[serde(default)]
+    pub consecutive_failures: i32,
+    /// The Job of a pass running now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PassStatus {
+    pub job: String,
+    pub outcome: PassOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassOutcome {
+    Succeeded,
+    Failed,
 }
 
 /// Where the TLS material is: the Secret with each role's certificate and key (the pods'), and
@@ -119,6 +153,8 @@ pub struct PoliciesStatus {
     pub query: Option<PolicyStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<PolicyStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<PolicyStatus>,
 }
 
 #[derive(JsonSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]

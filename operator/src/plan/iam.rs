@@ -4,7 +4,11 @@
 //! - query: `GetItem`/`Query` on the manifest table only; read objects under the warehouse
 //!   prefix (which holds the stage); list the bucket under that prefix.
 //! - metadata: the item operations it uses on the registry and manifest tables; read, write and
-//!   delete objects under the warehouse prefix; list under it.
+//!   delete objects under the warehouse prefix (`DROP TABLE` removes a table's files); list under
+//!   it.
+//! - maintenance (with `spec.maintenance`): read, put and batch-write (delete) rows of the
+//!   manifest table, never the registry; read, write and delete objects under the warehouse
+//!   prefix; list under it.
 //!
 //! No wildcard actions and no `Resource: "*"`. The query builder takes a [`ManifestTableArn`]
 //! only, so a registry ARN cannot reach the query policy by mistake.
@@ -28,6 +32,14 @@ pub const METADATA_TABLE_ACTIONS: [&str; 5] = [
     "dynamodb:PutItem",
     "dynamodb:Query",
 ];
+/// What `lake maintain` does to the manifest table: reads the marker and versions, commits a
+/// compaction (PutItem), removes the rows of removed versions (BatchWriteItem deletes).
+pub const MAINTENANCE_TABLE_ACTIONS: [&str; 4] = [
+    "dynamodb:BatchWriteItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+];
 pub const QUERY_OBJECT_ACTIONS: [&str; 1] = ["s3:GetObject"];
 pub const METADATA_OBJECT_ACTIONS: [&str; 4] = [
     "s3:AbortMultipartUpload",
@@ -42,6 +54,7 @@ pub struct IamInputs {
     /// The account of each role (from its ARN or `GetRole`).
     pub query_account: Option<String>,
     pub metadata_account: Option<String>,
+    pub maintenance_account: Option<String>,
     /// The cluster's OIDC provider, e.g. `oidc.eks.eu-west-1.amazonaws.com/id/EXAMPLE`.
     pub oidc_provider: Option<String>,
 }
@@ -65,11 +78,39 @@ impl TableArn {
     }
 }
 
+/// Who runs as an IAM role: a serving workload, or the maintenance Job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Identity {
+    Query,
+    Metadata,
+    Maintenance,
+}
+
+impl From<Role> for Identity {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::Query => Identity::Query,
+            Role::Metadata => Identity::Metadata,
+        }
+    }
+}
+
+impl std::fmt::Display for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Identity::Query => "query",
+            Identity::Metadata => "metadata",
+            Identity::Maintenance => lake_common::config::MAINTENANCE_ROLE,
+        })
+    }
+}
+
 /// One role's inline policy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolePolicy {
-    pub role: Role,
+    pub role: Identity,
     pub role_name: String,
     pub role_arn: String,
     /// The inline policy's name on the role: one per cluster, so roles can serve several.
@@ -198,6 +239,19 @@ pub fn metadata_document(
     })
 }
 
+/// The maintenance role's document: the manifest table's rows (never the registry) and the
+/// warehouse's objects, deletes included.
+pub fn maintenance_document(manifest: &ManifestTableArn, s3: &S3Location) -> Value {
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [
+            statement("MaintainManifests", &MAINTENANCE_TABLE_ACTIONS, vec![manifest.0.0.clone()]),
+            statement("MaintainWarehouse", &METADATA_OBJECT_ACTIONS, vec![objects_arn(s3)]),
+            list_statement(s3),
+        ]
+    })
+}
+
 fn trust_policy(account: &str, oidc: &str, namespace: &str, service_account: &str) -> Value {
     json!({
         "Version": "2012-10-17",
@@ -280,12 +334,12 @@ pub fn policy_name(namespace: &str, name: &str) -> String {
     format!("{}@{hex}", &full[..cut])
 }
 
-/// The ServiceAccount name of a role's workload.
-pub fn service_account(cluster: &ValidatedCluster, role: Role) -> String {
-    format!("{}-{role}", cluster.name)
+/// The ServiceAccount name of an identity's workload.
+pub fn service_account(cluster: &ValidatedCluster, identity: impl Into<Identity>) -> String {
+    format!("{}-{}", cluster.name, identity.into())
 }
 
-/// Both roles' policies, or none (no `spec.iam`, or local storage: no AWS at all).
+/// Every role's policy (maintenance's with `spec.maintenance`), or none (no `spec.iam`, or local storage: no AWS at all).
 pub fn policies(cluster: &ValidatedCluster, inputs: &IamInputs) -> Vec<RolePolicy> {
     let (Some(iam), Storage::S3(s3), Some(aws)) = (
         &cluster.iam,
@@ -321,7 +375,7 @@ pub fn policies(cluster: &ValidatedCluster, inputs: &IamInputs) -> Vec<RolePolic
         registry.as_str(),
     ));
     let policy_name = policy_name(&cluster.namespace, &cluster.name);
-    let build = |role: Role, spec_role: &str, account: &str, document: Value| RolePolicy {
+    let build = |role: Identity, spec_role: &str, account: &str, document: Value| RolePolicy {
         role,
         role_name: role_name(spec_role).to_owned(),
         role_arn: role_arn(spec_role, account),
@@ -335,20 +389,30 @@ pub fn policies(cluster: &ValidatedCluster, inputs: &IamInputs) -> Vec<RolePolic
             &service_account(cluster, role),
         ),
     };
-    vec![
+    let mut policies = vec![
         build(
-            Role::Query,
+            Identity::Query,
             &iam.query_role,
             &query_account,
             query_document(&manifest_arn, s3),
         ),
         build(
-            Role::Metadata,
+            Identity::Metadata,
             &iam.metadata_role,
             &metadata_account,
             metadata_document(&registry_arn, &manifest_arn, s3),
         ),
-    ]
+    ];
+    if let (Some(role), Some(_)) = (&iam.maintenance_role, &cluster.maintenance) {
+        let account = account(role, &inputs.maintenance_account);
+        policies.push(build(
+            Identity::Maintenance,
+            role,
+            &account,
+            maintenance_document(&manifest_arn, s3),
+        ));
+    }
+    policies
 }
 
 #[cfg(test)]
@@ -397,6 +461,31 @@ mod tests {
         );
     }
 
+    #[test]
+    fn maintenance_policy_deletes_in_the_warehouse_and_manifests_only() {
+        let doc = maintenance_document(&manifest(), &s3("prod"));
+        let text = doc.to_string();
+        assert!(!text.contains("\"*\""), "{text}");
+        assert!(!text.contains("registry"), "{text}");
+        assert!(
+            !text.contains("DeleteTable") && !text.contains("Scan"),
+            "{text}"
+        );
+        assert_eq!(
+            doc["Statement"][0]["Resource"],
+            json!(["arn:aws:dynamodb:eu-west-1:123456789012:table/t-manifests"])
+        );
+        assert!(
+            doc["Statement"][1]["Action"]
+                .to_string()
+                .contains("s3:DeleteObject")
+        );
+        assert_eq!(
+            doc["Statement"][1]["Resource"],
+            json!(["arn:aws:s3:::acme/prod/*"])
+        );
+    }
+
     /// `s3:prefix` is a string prefix of the listing: `wh` would list `wh2/…` and
     /// `wh-finance/…`. Every allowed listing prefix of both roles ends inside `wh/`.
     #[test]
@@ -406,6 +495,7 @@ mod tests {
         for doc in [
             query_document(&manifest(), &s3),
             metadata_document(&registry, &manifest(), &s3),
+            maintenance_document(&manifest(), &s3),
         ] {
             let lists: Vec<&Value> = doc["Statement"]
                 .as_array()

@@ -93,6 +93,9 @@ fn args(cluster: &ValidatedCluster, path: &Path) -> Vec<String> {
         "--spill-limit-mb".into(),
         spill_limit_mb(tmp, 2).to_string(),
     ]);
+    if let Some(timeout) = cluster.query_timeout_seconds {
+        args.extend(["--query-timeout-seconds".into(), timeout.to_string()]);
+    }
     if cluster.tls == crate::crd::TlsMode::Operator {
         let (cert, key) = super::tls::files();
         args.extend(["--tls-cert".into(), cert, "--tls-key".into(), key]);

@@ -4,6 +4,7 @@
 
 pub mod iam;
 pub mod local;
+pub mod maintenance;
 mod network;
 pub(crate) mod pod;
 pub mod selftest;

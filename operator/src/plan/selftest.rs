@@ -1,6 +1,7 @@
-//! The post-rollout check: one Job per role that runs `lake selftest` with the role's
-//! configuration and ServiceAccount (so its credentials), named after the configuration's hash
-//! and image so a change runs it again. Pure: the Jobs as values.
+//! The post-rollout check: one Job per role (maintenance's too, with `spec.maintenance`) that
+//! runs `lake selftest` with the role's configuration and ServiceAccount (so its credentials),
+//! named after the configuration's hash and image so a change runs it again. Pure: the Jobs as
+//! values.
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -9,26 +10,50 @@ use k8s_openapi::api::core::v1::{
 use lake_common::plan::Role;
 use sha2::{Digest, Sha256};
 
+use super::iam::Identity;
 use super::pod::{container_security, pod_security};
-use super::workloads::{config, meta_named};
+use super::workloads::{Component, config, config_hash, meta_named};
 use crate::render::workload_name;
 use crate::validate::ValidatedCluster;
 
-/// The selftest Job of `role`.
-pub fn job(cluster: &ValidatedCluster, role: Role) -> Job {
-    let (_, config_hash) = config(cluster, role);
-    let image = match role {
-        Role::Query => &cluster.query.image,
-        Role::Metadata => &cluster.metadata.image,
+/// The selftest Job of `identity`; `None` for maintenance without `spec.maintenance`.
+pub fn job(cluster: &ValidatedCluster, identity: Identity) -> Option<Job> {
+    let (config_hash, image, workload, component) = match identity {
+        Identity::Query | Identity::Metadata => {
+            let role = match identity {
+                Identity::Query => Role::Query,
+                _ => Role::Metadata,
+            };
+            let image = match role {
+                Role::Query => &cluster.query.image,
+                Role::Metadata => &cluster.metadata.image,
+            };
+            let (_, hash) = config(cluster, role);
+            (
+                hash,
+                image,
+                workload_name(cluster, role),
+                Component::Role(role),
+            )
+        }
+        Identity::Maintenance => {
+            cluster.maintenance.as_ref()?;
+            let data = super::maintenance::config(cluster)?;
+            (
+                config_hash(&data),
+                &cluster.metadata.image,
+                super::maintenance::name(cluster),
+                Component::Maintenance,
+            )
+        }
     };
     let digest: String = Sha256::digest(format!("{config_hash}/{image}").as_bytes())
         .iter()
         .take(4)
         .map(|b| format!("{b:02x}"))
         .collect();
-    let workload = workload_name(cluster, role);
-    Job {
-        metadata: meta_named(cluster, role, format!("{workload}-check-{digest}")),
+    Some(Job {
+        metadata: meta_named(cluster, component, format!("{workload}-check-{digest}")),
         spec: Some(JobSpec {
             backoff_limit: Some(0),
             template: PodTemplateSpec {
@@ -57,16 +82,16 @@ pub fn job(cluster: &ValidatedCluster, role: Role) -> Job {
             ..Default::default()
         }),
         ..Default::default()
-    }
+    })
 }
 
-/// Both roles' Jobs; none for a local lake (its stores are files only its one pod may open).
-pub fn jobs(cluster: &ValidatedCluster) -> Vec<(Role, Job)> {
+/// Every role's Job; none for a local lake (its stores are files only its one pod may open).
+pub fn jobs(cluster: &ValidatedCluster) -> Vec<(Identity, Job)> {
     if cluster.local_volume.is_some() {
         return Vec::new();
     }
-    [Role::Query, Role::Metadata]
+    [Identity::Query, Identity::Metadata, Identity::Maintenance]
         .into_iter()
-        .map(|role| (role, job(cluster, role)))
+        .filter_map(|identity| Some((identity, job(cluster, identity)?)))
         .collect()
 }

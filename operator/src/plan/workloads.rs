@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet};
+use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec,
     ResourceRequirements, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
@@ -46,6 +47,7 @@ pub enum Object {
     Service(Service),
     PodDisruptionBudget(PodDisruptionBudget),
     NetworkPolicy(NetworkPolicy),
+    CronJob(CronJob),
 }
 
 impl Object {
@@ -58,6 +60,7 @@ impl Object {
             Object::Service(_) => "Service",
             Object::PodDisruptionBudget(_) => "PodDisruptionBudget",
             Object::NetworkPolicy(_) => "NetworkPolicy",
+            Object::CronJob(_) => "CronJob",
         }
     }
 
@@ -70,6 +73,7 @@ impl Object {
             Object::Service(o) => &o.metadata,
             Object::PodDisruptionBudget(o) => &o.metadata,
             Object::NetworkPolicy(o) => &o.metadata,
+            Object::CronJob(o) => &o.metadata,
         }
     }
 
@@ -82,6 +86,7 @@ impl Object {
             Object::Service(o) => &mut o.metadata,
             Object::PodDisruptionBudget(o) => &mut o.metadata,
             Object::NetworkPolicy(o) => &mut o.metadata,
+            Object::CronJob(o) => &mut o.metadata,
         }
     }
 
@@ -90,12 +95,13 @@ impl Object {
     }
 }
 
-/// What an object is part of (its `app.kubernetes.io/component`): a role's workload, or the
-/// one pod of a local lake that serves both.
+/// What an object is part of (its `app.kubernetes.io/component`): a role's workload, the
+/// one pod of a local lake that serves both, or the maintenance CronJob.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Component {
     Role(Role),
     Local,
+    Maintenance,
 }
 
 impl From<Role> for Component {
@@ -109,6 +115,7 @@ impl std::fmt::Display for Component {
         match self {
             Component::Role(role) => role.fmt(f),
             Component::Local => f.write_str("local"),
+            Component::Maintenance => f.write_str(lake_common::config::MAINTENANCE_ROLE),
         }
     }
 }
@@ -173,13 +180,19 @@ pub fn config(cluster: &ValidatedCluster, role: Role) -> (BTreeMap<String, Strin
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-    let canonical = serde_json::to_string(&data).unwrap_or_default();
-    let hash: String = Sha256::digest(canonical.as_bytes())
+    let hash = config_hash(&data);
+    (data, hash)
+}
+
+/// A short digest of a `LAKE_*` configuration, for the pod-template annotation that rolls
+/// pods when it changes.
+pub fn config_hash(data: &BTreeMap<String, String>) -> String {
+    let canonical = serde_json::to_string(data).unwrap_or_default();
+    Sha256::digest(canonical.as_bytes())
         .iter()
         .take(8)
         .map(|b| format!("{b:02x}"))
-        .collect();
-    (data, hash)
+        .collect()
 }
 
 fn deployment(
@@ -315,7 +328,7 @@ pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Objec
             ..Default::default()
         }));
         let mut sa_meta = meta(cluster, role);
-        if let Some(policy) = policies.iter().find(|p| p.role == role) {
+        if let Some(policy) = policies.iter().find(|p| p.role == role.into()) {
             sa_meta.annotations = Some(BTreeMap::from([(
                 IRSA_ANNOTATION.into(),
                 policy.role_arn.clone(),
@@ -360,6 +373,7 @@ pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Objec
         ..Default::default()
     }));
     objects.push(Object::NetworkPolicy(metadata_ingress(cluster)));
+    objects.extend(super::maintenance::objects(cluster, policies));
     objects
 }
 

@@ -87,7 +87,7 @@ pub(super) async fn cleanup(
         let previous = cluster.status.as_ref().and_then(|s| s.policies.as_ref());
         let mut roles = dropped_roles(&validated, previous);
         if let Some(iam) = validated.iam.as_ref().filter(|i| i.manage) {
-            roles.extend([iam.query_role.clone(), iam.metadata_role.clone()]);
+            roles.extend(iam.named().into_iter().map(|(_, r)| r.clone()));
         }
         // IAM role names are case-insensitive; a role named by both spec and status once.
         roles.sort_by_key(|r| plan::iam::role_name(r).to_ascii_lowercase());

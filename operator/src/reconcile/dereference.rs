@@ -1,6 +1,7 @@
 //! Dereference (AWS reads): the roles' accounts, for the policy ARNs, before anything is planned.
 
 use super::*;
+use crate::plan::iam::Identity;
 
 /// The roles' accounts: from their ARNs, else `GetRole`. Only for managed-or-reported IAM on
 /// S3; anything else needs no lookup.
@@ -16,10 +17,17 @@ pub(super) async fn dereference(
     let (Some(iam), Some(clients)) = (&validated.iam, clients) else {
         return Ok(inputs);
     };
-    for (role, spec_role) in [
-        (Role::Query, &iam.query_role),
-        (Role::Metadata, &iam.metadata_role),
-    ] {
+    let maintenance = iam
+        .maintenance_role
+        .as_ref()
+        .filter(|_| validated.maintenance.is_some());
+    let roles = [
+        (Identity::Query, Some(&iam.query_role)),
+        (Identity::Metadata, Some(&iam.metadata_role)),
+        (Identity::Maintenance, maintenance),
+    ];
+    for (role, spec_role) in roles {
+        let Some(spec_role) = spec_role else { continue };
         let account = match plan::iam::role_account(spec_role) {
             Some(account) => account.to_owned(),
             None => {
@@ -33,8 +41,9 @@ pub(super) async fn dereference(
             }
         };
         match role {
-            Role::Query => inputs.query_account = Some(account),
-            Role::Metadata => inputs.metadata_account = Some(account),
+            Identity::Query => inputs.query_account = Some(account),
+            Identity::Metadata => inputs.metadata_account = Some(account),
+            Identity::Maintenance => inputs.maintenance_account = Some(account),
         }
     }
     Ok(inputs)

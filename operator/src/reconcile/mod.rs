@@ -31,8 +31,8 @@ use crate::allowlist::{self, Allowlist};
 use crate::apply::{self, ApplyError};
 use crate::aws::AwsPool;
 use crate::crd::{
-    Condition, Endpoints, LakeCluster, LakeClusterStatus, PoliciesStatus, PolicyStatus,
-    TableStatus, TablesStatus, TlsStatus, TokensStatus,
+    Condition, Endpoints, LakeCluster, LakeClusterStatus, MaintenanceStatus, PoliciesStatus,
+    PolicyStatus, TableStatus, TablesStatus, TlsStatus, TokensStatus,
 };
 use crate::crd::{ConditionStatus, MigrationPhase, MigrationStatus};
 use crate::metrics::Metrics;
@@ -456,9 +456,18 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     } else {
         None
     };
+    // The maintenance passes (reported, not gating Ready), once the workloads were applied.
+    let maintenance = match &failure {
+        None => maintenance_step(ctx, &validated).await,
+        Some(_) => None,
+    };
     let mut checks = vec![plan_valid, tables.check, policies_check.0, workloads.check];
     checks.extend(migration_check);
     checks.extend(self_test);
+    if let Some((status, check)) = maintenance {
+        facts.maintenance = status;
+        checks.push(check);
+    }
     write_status(ctx, cluster, &checks, generation, facts).await?;
     if let (None, Some(e)) = (&failure, migration_error) {
         return Err(e.into());
@@ -478,6 +487,7 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
 
 mod cleanup;
 mod dereference;
+mod maintenance;
 mod migrate;
 mod policies;
 mod report;
@@ -487,6 +497,7 @@ mod workloads;
 
 use cleanup::{cleanup, ensure_finalizer};
 use dereference::dereference;
+use maintenance::maintenance_step;
 use migrate::{StatusCheckpoint, migration_check, migration_step};
 use policies::{policies_status, policies_step};
 use report::{Facts, previous_checks, write_status};

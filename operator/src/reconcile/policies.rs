@@ -1,6 +1,7 @@
 //! The policies step: the roles' inline policies, and taking this cluster's policy off roles the spec no longer names.
 
 use super::*;
+use crate::plan::iam::Identity;
 
 /// Roles recorded in the previous status that the spec no longer names.
 pub(super) fn dropped_roles(
@@ -10,12 +11,12 @@ pub(super) fn dropped_roles(
     let current: Vec<String> = validated
         .iam
         .iter()
-        .flat_map(|iam| [&iam.query_role, &iam.metadata_role])
-        .map(|r| plan::iam::role_name(r).to_ascii_lowercase())
+        .flat_map(|iam| iam.named())
+        .map(|(_, r)| plan::iam::role_name(r).to_ascii_lowercase())
         .collect();
     let mut dropped: Vec<String> = previous
         .into_iter()
-        .flat_map(|p| [&p.query, &p.metadata])
+        .flat_map(|p| [&p.query, &p.metadata, &p.maintenance])
         .flatten()
         .map(|p| p.role.clone())
         .filter(|r| !current.contains(&plan::iam::role_name(r).to_ascii_lowercase()))
@@ -90,7 +91,7 @@ pub(super) async fn policies_step(
         Check::ok(
             POLICIES_READY,
             "Applied",
-            "both inline policies are in place",
+            "every role's inline policy is in place",
         ),
         None,
     )
@@ -108,7 +109,8 @@ pub(super) fn policies_status(policies: &[plan::RolePolicy]) -> Option<PoliciesS
             })
     };
     (!policies.is_empty()).then(|| PoliciesStatus {
-        query: policy(Role::Query),
-        metadata: policy(Role::Metadata),
+        query: policy(Identity::Query),
+        metadata: policy(Identity::Metadata),
+        maintenance: policy(Identity::Maintenance),
     })
 }

@@ -36,6 +36,7 @@ pub(super) struct Facts {
     pub(super) tls: Option<TlsStatus>,
     /// `None`: kept as found (this pass did not run the migration).
     pub(super) migration: Option<MigrationStatus>,
+    pub(super) maintenance: Option<MaintenanceStatus>,
 }
 
 impl Facts {
@@ -49,6 +50,7 @@ impl Facts {
             tokens: status.tokens,
             tls: status.tls,
             migration: status.migration,
+            maintenance: status.maintenance,
         }
     }
 }
@@ -102,6 +104,7 @@ pub(super) async fn write_status(
             .migration
             .clone()
             .or_else(|| previous.migration.clone()),
+        maintenance: facts.maintenance,
     };
     let events: Vec<Condition> = status::transitions(&previous.conditions, &next.conditions)
         .into_iter()
@@ -121,6 +124,7 @@ pub(super) async fn write_status(
             ("policies", next.policies.is_none()),
             ("tokens", next.tokens.is_none()),
             ("tls", next.tls.is_none()),
+            ("maintenance", next.maintenance.is_none()),
         ] {
             if absent {
                 fields.insert(field.to_owned(), serde_json::Value::Null);

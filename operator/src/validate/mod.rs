@@ -11,11 +11,14 @@ use serde::Serialize;
 use crate::crd::{Approval, DeletionPolicy, LakeCluster, ServiceType, TlsMode};
 
 mod local;
+mod maintenance;
 mod names;
 #[cfg(test)]
 mod tests;
 
 use local::check_local;
+pub use maintenance::MaintenanceJob;
+use maintenance::check_maintenance;
 use names::is_dns_label;
 
 /// The spec, checked and with every default filled in.
@@ -39,6 +42,9 @@ pub struct ValidatedCluster {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub delete_adopted_tables: bool,
     pub paused: bool,
+    /// `spec.queryTimeoutSeconds`: the statement time limit of both endpoints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_timeout_seconds: Option<u64>,
     pub tls: TlsMode,
     /// The generation of operator-issued certificates the pods mount (`plan::tls`): not part of
     /// the spec; reconcile reads it from the CA ConfigMap (0 for `render`).
@@ -51,6 +57,9 @@ pub struct ValidatedCluster {
     /// The PersistentVolumeClaim of a local (development) lake; `None` on S3.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_volume: Option<LocalVolume>,
+    /// `spec.maintenance`: the CronJob running `lake maintain`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceJob>,
 }
 
 /// The claim a local lake's one pod keeps its directory on.
@@ -92,7 +101,25 @@ pub struct MetadataWorkload {
 pub struct IamRoles {
     pub query_role: String,
     pub metadata_role: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maintenance_role: Option<String>,
     pub manage: bool,
+}
+
+impl IamRoles {
+    /// Each role the spec names, with its field: the ones the operator writes policies on.
+    pub fn named(&self) -> Vec<(&'static str, &String)> {
+        let mut roles = vec![
+            ("spec.iam.queryRole", &self.query_role),
+            ("spec.iam.metadataRole", &self.metadata_role),
+        ];
+        roles.extend(
+            self.maintenance_role
+                .as_ref()
+                .map(|r| ("spec.iam.maintenanceRole", r)),
+        );
+        roles
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -180,6 +207,21 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
         });
     }
     check_local(spec, &mut errors);
+    let query_timeout_seconds = match spec.query_timeout_seconds {
+        None => None,
+        Some(t) => match u64::try_from(t).ok().filter(|t| *t >= 1) {
+            Some(t) => Some(t),
+            None => {
+                errors.push(PlanError::InvalidField {
+                    field: "spec.queryTimeoutSeconds".into(),
+                    value: t.to_string(),
+                    reason: "must be at least 1".into(),
+                });
+                None
+            }
+        },
+    };
+    let maintenance = check_maintenance(spec, query_timeout_seconds, &mut errors);
     for (field, image) in [
         ("spec.query.image", &spec.query.image),
         ("spec.metadata.image", &spec.metadata.image),
@@ -268,6 +310,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             iam: spec.iam.as_ref().map(|iam| IamRoles {
                 query_role: iam.query_role.clone(),
                 metadata_role: iam.metadata_role.clone(),
+                maintenance_role: iam.maintenance_role.clone(),
                 manage: iam.manage,
             }),
             migration: spec.migration.as_ref().map(|m| Migration {
@@ -277,6 +320,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             deletion_policy: spec.deletion_policy,
             delete_adopted_tables: spec.tables.delete_adopted,
             paused: spec.paused,
+            query_timeout_seconds,
             tls: spec.tls,
             tls_generation: 0,
             tls_publish: 0,
@@ -284,6 +328,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
                 size: local.size.clone(),
                 storage_class_name: local.storage_class_name.clone(),
             }),
+            maintenance,
         }),
         _ => Err(PlanErrors(errors)),
     }

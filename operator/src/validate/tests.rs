@@ -192,3 +192,91 @@ fn what_one_local_pod_cannot_honour_is_refused_by_field() {
         "{errors:?}"
     );
 }
+
+/// `spec.maintenance` and `spec.iam.maintenanceRole` come together, the role is its own, the
+/// grace outlasts the statement timeout, and a local lake is refused (it maintains itself).
+#[test]
+fn maintenance_needs_its_own_role_and_a_grace_above_the_timeout() {
+    let with = |iam_extra: &str, spec_extra: &str| {
+        let yaml = format!(
+            r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: analytics, namespace: data}}
+spec:
+  storage: {{s3: {{bucket: acme-lake, prefix: wh, region: eu-west-1}}}}
+  iam: {{queryRole: lake-query, metadataRole: lake-metadata{iam_extra}}}
+  query: {{image: lake:1}}
+  metadata: {{image: lake:1}}
+{spec_extra}"#
+        );
+        validate(&serde_yaml::from_str(&yaml).unwrap())
+    };
+    let fields = |result: Result<ValidatedCluster, PlanErrors>| -> Vec<String> {
+        match result {
+            Ok(_) => Vec::new(),
+            Err(e) => e.iter().map(|e| e.to_string()).collect(),
+        }
+    };
+    let ok = with(", maintenanceRole: lake-maintenance", "  maintenance: {}\n").unwrap();
+    let job = ok.maintenance.unwrap();
+    assert_eq!(
+        (job.schedule.as_str(), job.grace_seconds),
+        ("0 * * * *", 900)
+    );
+
+    let missing = fields(with("", "  maintenance: {}\n"));
+    assert!(
+        missing.len() == 1 && missing[0].contains("spec.iam.maintenanceRole"),
+        "{missing:?}"
+    );
+    let unused = fields(with(", maintenanceRole: lake-maintenance", ""));
+    assert!(
+        unused.len() == 1 && unused[0].contains("spec.maintenance is not set"),
+        "{unused:?}"
+    );
+    let shared = fields(with(
+        ", maintenanceRole: LAKE-METADATA",
+        "  maintenance: {}\n",
+    ));
+    assert!(
+        shared.len() == 1 && shared[0].contains("spec.iam.metadataRole"),
+        "{shared:?}"
+    );
+
+    let role = ", maintenanceRole: lake-maintenance";
+    let short = fields(with(role, "  maintenance: {graceSeconds: 60}\n"));
+    assert!(
+        short.len() == 1 && short[0].contains("spec.maintenance.graceSeconds"),
+        "{short:?}"
+    );
+    // A shorter statement timeout admits a shorter grace.
+    let timed = with(
+        role,
+        "  queryTimeoutSeconds: 30\n  maintenance: {graceSeconds: 60}\n",
+    );
+    assert_eq!(timed.unwrap().maintenance.unwrap().grace_seconds, 60);
+    let bad = fields(with(
+        role,
+        "  maintenance: {schedule: \"every hour\", retentionSeconds: -1, targetRowsPerFragment: 0}\n",
+    ));
+    for field in ["schedule", "retentionSeconds", "targetRowsPerFragment"] {
+        assert!(
+            bad.iter()
+                .any(|e| e.contains(&format!("spec.maintenance.{field}"))),
+            "{bad:?}"
+        );
+    }
+
+    let local: LakeCluster = serde_yaml::from_str(
+        "apiVersion: lake.dev/v1alpha1\nkind: LakeCluster\nmetadata: {name: dev, namespace: data}\nspec:\n  storage: {local: {path: /var/lib/lake}}\n  query: {image: lake:1}\n  metadata: {image: lake:1}\n  maintenance: {}\n",
+    )
+    .unwrap();
+    let refused = fields(validate(&local));
+    assert!(
+        refused
+            .iter()
+            .any(|e| e.contains("spec.maintenance") && e.contains("--maintain-every-minutes")),
+        "{refused:?}"
+    );
+}

@@ -303,6 +303,12 @@ const NEEDS: &[(&str, &str, &[&str])] = &[
         &["get", "list", "watch", "create", "patch"],
     ),
     ("batch", "jobs", &["get", "list", "watch", "create"]),
+    // The maintenance CronJob, deleted when spec.maintenance goes.
+    (
+        "batch",
+        "cronjobs",
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
     (
         "networking.k8s.io",
         "networkpolicies",

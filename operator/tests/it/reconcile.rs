@@ -116,7 +116,7 @@ pub(super) fn pool(key: &str) -> Arc<AwsPool> {
 /// any table name and migration source (the tests name their own).
 pub(super) fn test_allowlist() -> Allowlist {
     Allowlist::parse(
-        "namespaces:\n  data:\n    roles: [\"*-query-role\", \"*-metadata-role\"]\n    storage: [{bucket: \"*-bucket\"}]\n    tables: [\"*\"]\n    migrationSources: [\"*\"]\n    adopt: true\n",
+        "namespaces:\n  data:\n    roles: [\"*-query-role\", \"*-metadata-role\", \"*-maintenance-role\"]\n    storage: [{bucket: \"*-bucket\"}]\n    tables: [\"*\"]\n    migrationSources: [\"*\"]\n    adopt: true\n",
         "tests",
     )
     .unwrap()

@@ -160,6 +160,10 @@ fn with_role_arns(sample: &str, dir: &std::path::Path) -> String {
             .replace(
                 "metadataRole: lake-metadata",
                 "metadataRole: arn:aws:iam::123456789012:role/lake-metadata",
+            )
+            .replace(
+                "maintenanceRole: lake-maintenance",
+                "maintenanceRole: arn:aws:iam::123456789012:role/lake-maintenance",
             );
     let path = dir.join(format!("{sample}-arns.yaml"));
     std::fs::write(&path, text).unwrap();
@@ -248,7 +252,7 @@ fn rendered_objects_pass_kubernetes_validate_strict() {
             text(&check.stderr)
         );
         // S3: ConfigMap, ServiceAccount, Deployment, Service per role, query's PDB and
-        // metadata's NetworkPolicy. Local: one ServiceAccount, StatefulSet and NetworkPolicy,
+        // metadata's NetworkPolicy, and maintenance's ConfigMap, ServiceAccount, CronJob. Local: one ServiceAccount, StatefulSet and NetworkPolicy,
         // and both roles' Services.
         let kinds: &[(&str, usize)] = match sample {
             "lakecluster-local" => &[
@@ -258,12 +262,13 @@ fn rendered_objects_pass_kubernetes_validate_strict() {
                 ("networkpolicy", 1),
             ],
             _ => &[
-                ("configmap", 2),
-                ("serviceaccount", 2),
+                ("configmap", 3),
+                ("serviceaccount", 3),
                 ("deployment", 2),
                 ("service", 2),
                 ("poddisruptionbudget", 1),
                 ("networkpolicy", 1),
+                ("cronjob", 1),
             ],
         };
         let total: usize = kinds.iter().map(|(_, n)| n).sum();
@@ -358,7 +363,7 @@ fn render_checks_the_allowlist() {
     );
     let allowed = write(
         "ok.yaml",
-        "namespaces:\n  data:\n    roles: [lake-query, lake-metadata]\n    storage: [{bucket: acme-lake, prefix: analytics}]\n    tables: [analytics-*]\n",
+        "namespaces:\n  data:\n    roles: [lake-query, lake-metadata, lake-maintenance]\n    storage: [{bucket: acme-lake, prefix: analytics}]\n    tables: [analytics-*]\n",
     );
     let out = render(sample, &["--allowlist", &allowed]);
     assert!(

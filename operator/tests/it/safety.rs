@@ -20,6 +20,7 @@ use serde_json::json;
 use std::sync::Arc;
 
 mod iam;
+mod maintenance;
 
 async fn table_exists(name: &str) -> bool {
     dynamodb()

@@ -40,7 +40,8 @@ pub struct Limits {
 impl Limits {
     pub const DEFAULT_MEMORY_MB: u64 = 1024;
     pub const DEFAULT_QUERY_MEMORY_MB: u64 = 512;
-    pub const DEFAULT_QUERY_TIMEOUT_SECONDS: u64 = 600;
+    pub const DEFAULT_QUERY_TIMEOUT_SECONDS: u64 =
+        lake_common::config::Limits::DEFAULT_QUERY_TIMEOUT_SECONDS;
     pub const DEFAULT_MAX_CONCURRENT_QUERIES: u64 = 32;
     /// A sort or join larger than memory spills; 8 GiB unless the pod's volume says otherwise
     /// (DataFusion's own default, 100 GB per statement, would fill a node's disk).

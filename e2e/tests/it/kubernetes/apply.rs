@@ -118,42 +118,6 @@ async fn e2e_kubectl_apply_to_sql() {
     eprintln!("e2e_kubectl_apply_to_sql: {:?}", started.elapsed());
 }
 
-/// An emulator of the test's own with IAM enforcement on: the operator signs as an IAM user
-/// allowed everything; each pod holds only what the operator's policy on its role grants.
-async fn enforced_aws(moto: &Moto) -> (Aws, String) {
-    let name = create_aws(moto.endpoint(), moto.port()).await;
-    let iam = iam(moto.endpoint()).await;
-    iam.create_user()
-        .user_name("lake-operator")
-        .send()
-        .await
-        .unwrap();
-    let admin = serde_json::json!({"Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]});
-    iam.put_user_policy()
-        .user_name("lake-operator")
-        .policy_name("admin")
-        .policy_document(admin.to_string())
-        .send()
-        .await
-        .unwrap();
-    let key = iam
-        .create_access_key()
-        .user_name("lake-operator")
-        .send()
-        .await
-        .unwrap()
-        .access_key
-        .unwrap();
-    moto.enforce_iam();
-    let aws = Aws {
-        endpoint: moto.endpoint().to_owned(),
-        operator_key: key.access_key_id,
-        operator_secret: key.secret_access_key,
-    };
-    (aws, name)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn e2e_query_credentials_refused_every_write() {
     let started = Instant::now();

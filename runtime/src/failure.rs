@@ -74,8 +74,8 @@ pub(crate) enum Failure {
          --query-timeout-seconds"
     )]
     GraceBelowTimeout { grace: u64, timeout: u64 },
-    #[error("maintenance could not list the tables: {0}")]
-    Maintain(#[source] Box<lake_runtime::engine::EngineError>),
+    #[error("{0}")]
+    Maintain(#[source] Box<lake_runtime::maintain::PassError>),
     #[error("maintenance failed for {0} tables (see above)")]
     MaintainTables(usize),
     #[error("cannot start the async runtime: {0}")]

@@ -2,6 +2,7 @@
 //! `spec.maintenance` goes.
 
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams};
@@ -55,14 +56,23 @@ fn state(job: &Job) -> PassState {
     }
 }
 
-/// The Jobs the CronJob `cron_job` started (by its controller reference: a Job that merely
-/// carries the labels is not a pass), oldest first.
+/// The Jobs the CronJob `cron_job` started (their controller reference names the live
+/// CronJob's uid: a Job that merely carries the labels is not a pass), oldest first.
 pub async fn passes(
     client: &Client,
     namespace: &str,
     cluster: &str,
     cron_job: &str,
 ) -> Result<Vec<Pass>, ApplyError> {
+    let cron_jobs: Api<CronJob> = Api::namespaced(client.clone(), namespace);
+    let Some(uid) = cron_jobs
+        .get_opt(cron_job)
+        .await
+        .map_err(kube("get", "CronJob", cron_job))?
+        .and_then(|c| c.metadata.uid)
+    else {
+        return Ok(Vec::new());
+    };
     let api: Api<Job> = Api::namespaced(client.clone(), namespace);
     let selector = format!(
         "app.kubernetes.io/instance={cluster},app.kubernetes.io/component={}",
@@ -72,48 +82,73 @@ pub async fn passes(
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(kube("list", "Job", &selector))?;
-    let mut passes: Vec<Pass> =
-        jobs.items
-            .iter()
-            .filter(|job| {
-                job.metadata.owner_references.iter().flatten().any(|o| {
-                    o.kind == "CronJob" && o.name == cron_job && o.api_version == "batch/v1"
-                })
-            })
-            .map(|job| Pass {
-                job: job.metadata.name.clone().unwrap_or_default(),
-                created: job.metadata.creation_timestamp.clone(),
-                state: state(job),
-            })
-            .collect();
+    let mut passes: Vec<Pass> = jobs
+        .items
+        .iter()
+        .filter(|job| {
+            job.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "CronJob" && o.uid == uid && o.controller == Some(true))
+        })
+        .map(|job| Pass {
+            job: job.metadata.name.clone().unwrap_or_default(),
+            created: job.metadata.creation_timestamp.clone(),
+            state: state(job),
+        })
+        .collect();
     passes.sort_by(|a, b| (&a.created, &a.job).cmp(&(&b.created, &b.job)));
     Ok(passes)
 }
 
-/// Deletes the CronJob `name` if it is this operator's (its manager label and the cluster's
-/// owner reference); its running Job goes with it. Returns whether it deleted one.
+/// Deletes the maintenance CronJob `name` (its running Job goes with it), its ServiceAccount
+/// (the one annotated with the maintenance role) and its ConfigMap, each only if it is this
+/// operator's (its manager label and the cluster's owner reference). Returns what it deleted.
 pub async fn remove(
     client: &Client,
     namespace: &str,
     cluster_uid: Option<&str>,
     name: &str,
-) -> Result<bool, ApplyError> {
-    let api: Api<CronJob> = Api::namespaced(client.clone(), namespace);
-    let Some(live) = api
-        .get_opt(name)
-        .await
-        .map_err(kube("get", "CronJob", name))?
-    else {
+) -> Result<Vec<String>, ApplyError> {
+    let mut removed = Vec::new();
+    if remove_one::<CronJob>(client, namespace, cluster_uid, name).await? {
+        removed.push(format!("CronJob/{name}"));
+    }
+    if remove_one::<ServiceAccount>(client, namespace, cluster_uid, name).await? {
+        removed.push(format!("ServiceAccount/{name}"));
+    }
+    if remove_one::<ConfigMap>(client, namespace, cluster_uid, name).await? {
+        removed.push(format!("ConfigMap/{name}"));
+    }
+    Ok(removed)
+}
+
+async fn remove_one<K>(
+    client: &Client,
+    namespace: &str,
+    cluster_uid: Option<&str>,
+    name: &str,
+) -> Result<bool, ApplyError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let Some(live) = api.get_opt(name).await.map_err(kube("get", &kind, name))? else {
         return Ok(false);
     };
-    let managed = live
-        .metadata
+    let meta = live.meta();
+    let managed = meta
         .labels
         .as_ref()
         .and_then(|l| l.get("app.kubernetes.io/managed-by"))
         .is_some_and(|m| m == MANAGER);
-    let owned = live
-        .metadata
+    let owned = meta
         .owner_references
         .iter()
         .flatten()
@@ -123,6 +158,6 @@ pub async fn remove(
     }
     api.delete(name, &DeleteParams::background())
         .await
-        .map_err(kube("delete", "CronJob", name))?;
+        .map_err(kube("delete", &kind, name))?;
     Ok(true)
 }

@@ -240,13 +240,22 @@ pub fn metadata_document(
 }
 
 /// The maintenance role's document: the manifest table's rows (never the registry) and the
-/// warehouse's objects, deletes included.
+/// warehouse's objects, deletes included — but not the managed stage under it: users' staged
+/// files are theirs, and no table lives there.
 pub fn maintenance_document(manifest: &ManifestTableArn, s3: &S3Location) -> Value {
+    let stage = format!(
+        "arn:aws:s3:::{}/{}",
+        s3.bucket,
+        s3.key(&format!("{}/*", lake_common::plan::STAGE_DIR))
+    );
+    let mut deny = statement("NotTheStage", &METADATA_OBJECT_ACTIONS, vec![stage]);
+    deny["Effect"] = json!("Deny");
     json!({
         "Version": "2012-10-17",
         "Statement": [
             statement("MaintainManifests", &MAINTENANCE_TABLE_ACTIONS, vec![manifest.0.0.clone()]),
             statement("MaintainWarehouse", &METADATA_OBJECT_ACTIONS, vec![objects_arn(s3)]),
+            deny,
             list_statement(s3),
         ]
     })
@@ -483,6 +492,11 @@ mod tests {
         assert_eq!(
             doc["Statement"][1]["Resource"],
             json!(["arn:aws:s3:::acme/prod/*"])
+        );
+        assert_eq!(doc["Statement"][2]["Effect"], "Deny");
+        assert_eq!(
+            doc["Statement"][2]["Resource"],
+            json!(["arn:aws:s3:::acme/prod/_stage/*"])
         );
     }
 

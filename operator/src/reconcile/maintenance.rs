@@ -61,10 +61,27 @@ pub(super) fn fold(cron_job: &str, passes: &[Pass]) -> (MaintenanceStatus, Check
     (status, check)
 }
 
+/// What the previous status said of maintenance: kept by a pass that could not look (so the
+/// condition does not flap, nor its Event repeat).
+pub(super) fn previous(cluster: &LakeCluster) -> Option<(Option<MaintenanceStatus>, Check)> {
+    let status = cluster.status.as_ref()?;
+    let condition = status.conditions.iter().find(|c| c.type_ == MAINTAINED)?;
+    Some((
+        status.maintenance.clone(),
+        Check {
+            type_: MAINTAINED,
+            status: condition.status,
+            reason: condition.reason.clone(),
+            message: condition.message.clone(),
+        },
+    ))
+}
+
 /// Reads the passes of the cluster's CronJob, or removes a CronJob the spec no longer asks
 /// for. `None` without `spec.maintenance`.
 pub(super) async fn maintenance_step(
     ctx: &Context,
+    cluster: &LakeCluster,
     validated: &ValidatedCluster,
 ) -> Option<(Option<MaintenanceStatus>, Check)> {
     let name = plan::maintenance::name(validated);
@@ -78,8 +95,8 @@ pub(super) async fn maintenance_step(
         .await
         {
             Ok(removed) => {
-                if removed {
-                    tracing::info!(cluster = %validated.name, cron_job = %name, "maintenance CronJob removed");
+                if !removed.is_empty() {
+                    tracing::info!(cluster = %validated.name, ?removed, "maintenance removed");
                 }
                 None
             }
@@ -94,7 +111,10 @@ pub(super) async fn maintenance_step(
                 let (status, check) = fold(&name, &passes);
                 (Some(status), check)
             }
-            Err(e) => (None, Check::unknown(MAINTAINED, e.reason(), e.to_string())),
+            Err(e) => (
+                previous(cluster).and_then(|(status, _)| status),
+                Check::unknown(MAINTAINED, e.reason(), e.to_string()),
+            ),
         },
     )
 }

@@ -245,7 +245,14 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
                 Check::failed(POLICIES_READY, e.reason(), e.to_string()),
                 Check::unknown(WORKLOADS_READY, "Waiting", waiting),
             ];
-            write_status(ctx, cluster, &checks, generation, Facts::default()).await?;
+            write_status(
+                ctx,
+                cluster,
+                &checks,
+                generation,
+                Facts::unobserved(cluster),
+            )
+            .await?;
             return Err(e);
         }
     };
@@ -258,7 +265,14 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
                 Check::unknown(POLICIES_READY, "PlanInvalid", "the spec is invalid"),
                 Check::unknown(WORKLOADS_READY, "PlanInvalid", "the spec is invalid"),
             ];
-            write_status(ctx, cluster, &checks, generation, Facts::default()).await?;
+            write_status(
+                ctx,
+                cluster,
+                &checks,
+                generation,
+                Facts::unobserved(cluster),
+            )
+            .await?;
             // Terminal: nothing changes until the spec does.
             return Ok(Action::await_change());
         }
@@ -289,7 +303,7 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
             query: Some(endpoint(&validated, Role::Query)),
             metadata: Some(endpoint(&validated, Role::Metadata)),
         }),
-        ..Facts::default()
+        ..Facts::unobserved(cluster)
     };
 
     // Dereference: without the roles' accounts the plan would hold placeholders, so a failed
@@ -340,7 +354,6 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
         tokens,
         tls,
     } = plan::plan(&validated, &inputs);
-    facts.policies = policies_status(&policies);
 
     let may_adopt = ctx.allowlist.may_adopt(&validated.namespace);
     let tables = tables_step(clients.as_ref(), &tables, may_adopt).await;
@@ -355,6 +368,11 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
             policies_step(&validated, clients.as_ref(), &policies, previous).await
         }
     };
+    // The new roles are recorded once the old ones' grants were revoked (the policies step
+    // ran through); until then the record of the old ones stays, so they are revoked later.
+    if tables.failure.is_none() && policies_check.1.is_none() {
+        facts.policies = policies_status(&policies);
+    }
     let failure = tables.failure.or(policies_check.1);
     // A migration copies into the tables before any workload is pointed at them.
     let ran = match (&failure, &validated.migration, clients.as_ref()) {
@@ -458,8 +476,12 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     };
     // The maintenance passes (reported, not gating Ready), once the workloads were applied.
     let maintenance = match &failure {
-        None => maintenance_step(ctx, &validated).await,
-        Some(_) => None,
+        None => maintenance_step(ctx, cluster, &validated).await,
+        // Not looked at this pass: what the last one saw stays.
+        Some(_) => validated
+            .maintenance
+            .as_ref()
+            .and_then(|_| maintenance::previous(cluster)),
     };
     let mut checks = vec![plan_valid, tables.check, policies_check.0, workloads.check];
     checks.extend(migration_check);

@@ -25,6 +25,11 @@ pub(super) fn previous_checks(cluster: &LakeCluster) -> Vec<Check> {
         .collect()
 }
 
+/// The policies the cluster's status records (see [`Facts::unobserved`]).
+pub(super) fn recorded_policies(cluster: &LakeCluster) -> Option<PoliciesStatus> {
+    cluster.status.as_ref().and_then(|s| s.policies.clone())
+}
+
 /// What a pass learned besides its conditions. Whatever it did not learn is absent from the
 /// status it writes (the status is the truth of the last pass, not an accumulation).
 #[derive(Default)]
@@ -40,6 +45,17 @@ pub(super) struct Facts {
 }
 
 impl Facts {
+    /// What a pass that observed nothing reports: only the policies the previous status
+    /// recorded. They are the operator's record of the grants it wrote, which it revokes from
+    /// roles the spec no longer names: dropping it before they were revoked would leave them
+    /// in place for good.
+    pub(super) fn unobserved(cluster: &LakeCluster) -> Self {
+        Self {
+            policies: recorded_policies(cluster),
+            ..Self::default()
+        }
+    }
+
     /// The facts of the current status, kept as they are (paused: nothing was observed).
     pub(super) fn previous(cluster: &LakeCluster) -> Self {
         let status = cluster.status.clone().unwrap_or_default();

@@ -33,19 +33,73 @@ const MACROS: [&str; 7] = [
     "@hourly",
 ];
 
-/// A CronJob schedule: five fields of numbers, ranges, steps, lists, `*`, `?` or names (`MON`,
-/// `JAN`), or a macro. The API server checks the rest; this keeps a typo from reaching it.
+const MONTHS: [&str; 12] = [
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
+const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+
+/// One value of a field: a number in `min..=max`, or a name (`JAN` is 1, `SUN` 0).
+fn value(text: &str, min: u32, max: u32, names: &[&str], first: u32) -> Option<u32> {
+    let n = match text.parse::<u32>() {
+        Ok(n) => n,
+        Err(_) => {
+            let i = names.iter().position(|n| n.eq_ignore_ascii_case(text))?;
+            first + u32::try_from(i).ok()?
+        }
+    };
+    (min..=max).contains(&n).then_some(n)
+}
+
+/// One field of a schedule: a list of `*`, `?` (days only), `a`, `a-b`, each with an optional
+/// `/step` — as the CronJob controller's parser takes them.
+fn valid_field(
+    field: &str,
+    min: u32,
+    max: u32,
+    names: &[&str],
+    first: u32,
+    question: bool,
+) -> bool {
+    field.split(',').all(|item| {
+        let (range, step) = match item.split_once('/') {
+            Some((range, step)) => match step.parse::<u32>() {
+                Ok(s) if s >= 1 => (range, true),
+                _ => return false,
+            },
+            None => (item, false),
+        };
+        match range {
+            "*" => true,
+            "?" => question && !step,
+            _ => match range.split_once('-') {
+                Some((a, b)) => matches!(
+                    (value(a, min, max, names, first), value(b, min, max, names, first)),
+                    (Some(a), Some(b)) if a <= b
+                ),
+                None => value(range, min, max, names, first).is_some(),
+            },
+        }
+    })
+}
+
+/// A CronJob schedule: five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or
+/// JAN-DEC, day of week 0-6 or SUN-SAT), or a macro. Checked here as the API server and the
+/// CronJob controller would, so a typo is a refused spec, not a CronJob the API refuses.
 fn valid_schedule(schedule: &str) -> bool {
     let schedule = schedule.trim();
     if MACROS.contains(&schedule) {
         return true;
     }
-    let fields: Vec<&str> = schedule.split_whitespace().collect();
-    fields.len() == 5
-        && fields.iter().all(|f| {
-            f.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "*?/,-".contains(c))
-        })
+    match schedule.split_whitespace().collect::<Vec<_>>()[..] {
+        [minute, hour, day, month, weekday] => {
+            valid_field(minute, 0, 59, &[], 0, false)
+                && valid_field(hour, 0, 23, &[], 0, false)
+                && valid_field(day, 1, 31, &[], 0, true)
+                && valid_field(month, 1, 12, &MONTHS, 1, false)
+                && valid_field(weekday, 0, 7, &DAYS, 0, true)
+        }
+        _ => false,
+    }
 }
 
 /// Every problem of the maintenance settings; the job when there are none.
@@ -170,6 +224,8 @@ mod tests {
             "*/15 2-4 * JAN,FEB MON-FRI",
             "@hourly",
             " @daily ",
+            "5 0 ? * 0",
+            "0-59/5 23 31 12 7",
         ] {
             assert!(valid_schedule(ok), "{ok}");
         }
@@ -180,6 +236,14 @@ mod tests {
             "@often",
             "0 * * * *; rm",
             "$(x) * * * *",
+            "99 * * * *",
+            "a b c d e",
+            "0 24 * * *",
+            "0 * 0 * *",
+            "5-1 * * * *",
+            "*/0 * * * *",
+            "? * * * *",
+            "0 * * FOO *",
         ] {
             assert!(!valid_schedule(bad), "{bad}");
         }

@@ -278,13 +278,13 @@ const NEEDS: &[(&str, &str, &[&str])] = &[
     (
         "",
         "configmaps",
-        &["get", "list", "watch", "create", "patch"],
+        &["get", "list", "watch", "create", "patch", "delete"],
     ),
     ("", "services", &["get", "list", "watch", "create", "patch"]),
     (
         "",
         "serviceaccounts",
-        &["get", "list", "watch", "create", "patch"],
+        &["get", "list", "watch", "create", "patch", "delete"],
     ),
     ("", "secrets", &["create"]),
     (

@@ -104,11 +104,18 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
                 .extend(all(&["get", "list", "watch", "create", "patch"]));
         }
     }
-    // The maintenance CronJob is deleted when spec.maintenance goes (only the operator's own).
-    needed
-        .get_mut(&("batch".into(), "cronjobs".into()))
-        .expect("the cloud sample has spec.maintenance")
-        .insert("delete".into());
+    // The maintenance CronJob, ServiceAccount and ConfigMap are deleted when spec.maintenance
+    // goes (only the operator's own).
+    for key in [
+        ("batch", "cronjobs"),
+        ("", "serviceaccounts"),
+        ("", "configmaps"),
+    ] {
+        needed
+            .get_mut(&(key.0.into(), key.1.into()))
+            .expect("the cloud sample has spec.maintenance")
+            .insert("delete".into());
+    }
     // The post-rollout selftest Jobs: created once per configuration, watched for their outcome.
     needed.insert(
         ("batch".into(), "jobs".into()),

@@ -305,6 +305,8 @@ spec:
         moto.endpoint(),
         &write("maintenance.json", &document("maintenance")),
         &write("query.json", &document("query")),
+        &bucket,
+        "wh",
     ]);
     assert!(ok, "{stdout}\n{stderr}");
     let keys_file = write("keys.json", &serde_json::from_str(stdout.trim()).unwrap());
@@ -378,6 +380,7 @@ spec:
         &manifest,
         &bucket,
         &object,
+        "wh",
     ]);
     assert!(ok, "{stdout}\n{stderr}");
     let results: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
@@ -389,6 +392,8 @@ spec:
         "maintenance dynamodb:DeleteTable manifest",
         "maintenance s3:PutObject outside the warehouse",
         "maintenance s3:DeleteObject outside the warehouse",
+        "maintenance s3:GetObject stage",
+        "maintenance s3:DeleteObject stage",
         "query dynamodb:DeleteItem manifest",
         "query dynamodb:BatchWriteItem manifest",
         "query s3:DeleteObject warehouse",

@@ -50,9 +50,12 @@ const p = input.prefix
 for (const who of ['query', 'metadata', 'maintenance']) {
   const writes = who !== 'query'
   expect(who, 's3:GetObject', s3(input.bucket, `${p}/sales/orders.lance/data/x.lance`), true)
-  expect(who, 's3:GetObject', s3(input.bucket, `${p}/_stage/in/a.csv`), true)
+  // The stage holds users' files: maintenance may not touch them.
+  const stage = who !== 'maintenance'
+  expect(who, 's3:GetObject', s3(input.bucket, `${p}/_stage/in/a.csv`), stage)
   expect(who, 's3:PutObject', s3(input.bucket, `${p}/sales/orders.lance/data/x.lance`), writes)
-  expect(who, 's3:PutObject', s3(input.bucket, `${p}/_stage/in/a.csv`), writes)
+  expect(who, 's3:PutObject', s3(input.bucket, `${p}/_stage/in/a.csv`), writes && stage)
+  expect(who, 's3:DeleteObject', s3(input.bucket, `${p}/_stage/in/a.csv`), writes && stage)
   expect(who, 's3:DeleteObject', s3(input.bucket, `${p}/x`), writes)
   expect(who, 's3:GetObject', s3(input.bucket, `other-prefix/x`), false)
   expect(who, 's3:PutObject', s3(input.bucket, `other-prefix/x`), false)

@@ -1,10 +1,11 @@
 """moto with IAM enforcement, for the maintenance role (maintenance_role_is_least_privilege).
 
 usage:
-  maintenance_enforced.py users ENDPOINT MAINTENANCE.json QUERY.json
+  maintenance_enforced.py users ENDPOINT MAINTENANCE.json QUERY.json BUCKET PREFIX
       users holding only the rendered maintenance / query policy (and an auditor holding every
-      permission, to read the bucket back); then enforcement on. Prints their keys as JSON.
-  maintenance_enforced.py probe ENDPOINT KEYS.json REGISTRY MANIFEST BUCKET OBJECT
+      permission, to read the bucket back), and a user's staged file under PREFIX/_stage/; then
+      enforcement on. Prints their keys as JSON.
+  maintenance_enforced.py probe ENDPOINT KEYS.json REGISTRY MANIFEST BUCKET OBJECT PREFIX
       what each may not do, attempted (OBJECT: a key of the warehouse that must survive);
       prints {attempt: "allowed" | "<status> <code>: …"}.
   maintenance_enforced.py holding ENDPOINT KEYS.json BUCKET MARKER
@@ -28,7 +29,8 @@ def client(endpoint, service, key="admin", secret="testing"):
                         aws_access_key_id=key, aws_secret_access_key=secret, config=config)
 
 
-def users(endpoint, maintenance_file, query_file):
+def users(endpoint, maintenance_file, query_file, bucket, prefix):
+    client(endpoint, "s3").put_object(Bucket=bucket, Key=f"{prefix}/_stage/in/a.csv", Body=b"a,b")
     iam = client(endpoint, "iam")
     everything = json.dumps({"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": "*", "Resource": "*"}]})
@@ -46,7 +48,7 @@ def users(endpoint, maintenance_file, query_file):
     print(json.dumps(keys))
 
 
-def probe(endpoint, keys_file, registry, manifest, bucket, key):
+def probe(endpoint, keys_file, registry, manifest, bucket, key, prefix):
     keys = json.load(open(keys_file))
     results = {}
 
@@ -81,6 +83,12 @@ def probe(endpoint, keys_file, registry, manifest, bucket, key):
             lambda: m("s3").put_object(Bucket=bucket, Key="elsewhere/x", Body=b"x"))
     attempt("maintenance s3:DeleteObject outside the warehouse",
             lambda: m("s3").delete_object(Bucket=bucket, Key="elsewhere/x"))
+    # A user's staged file (put before the pass): not maintenance's to read or delete.
+    staged = f"{prefix}/_stage/in/a.csv"
+    attempt("maintenance s3:GetObject stage",
+            lambda: m("s3").get_object(Bucket=bucket, Key=staged)["Body"].read())
+    attempt("maintenance s3:DeleteObject stage",
+            lambda: m("s3").delete_object(Bucket=bucket, Key=staged))
     attempt("query dynamodb:DeleteItem manifest",
             lambda: q("dynamodb").delete_item(TableName=manifest, Key=row))
     attempt("query dynamodb:BatchWriteItem manifest",
@@ -99,6 +107,9 @@ def probe(endpoint, keys_file, registry, manifest, bucket, key):
     # The object is still there (read with the auditor's key).
     auditor = client(endpoint, "s3", keys["auditor"]["id"], keys["auditor"]["secret"])
     attempt("the probed object survived", lambda: auditor.head_object(Bucket=bucket, Key=key))
+    attempt("the staged file survived", lambda: client(
+        endpoint, "s3", keys["auditor"]["id"], keys["auditor"]["secret"]).head_object(
+        Bucket=bucket, Key=staged))
     print(json.dumps(results))
 
 
@@ -111,8 +122,8 @@ def holding(endpoint, keys_file, bucket, marker):
 
 
 if sys.argv[1] == "users":
-    users(*sys.argv[2:5])
+    users(*sys.argv[2:7])
 elif sys.argv[1] == "holding":
     holding(*sys.argv[2:6])
 else:
-    probe(*sys.argv[2:8])
+    probe(*sys.argv[2:9])

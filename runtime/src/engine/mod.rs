@@ -337,6 +337,15 @@ impl WriteEngine {
         }
     }
 
+    /// Takes the maintenance lease of this warehouse's manifest store for `ttl`.
+    pub async fn maintenance_lease(
+        &self,
+        holder: String,
+        ttl: std::time::Duration,
+    ) -> Result<crate::manifest::Lease, crate::manifest::LeaseError> {
+        self.manifests.maintenance_lease(holder, ttl).await
+    }
+
     /// Holds the table's in-process commit lock until the guard drops.
     async fn lock(&self, table: &TableRef) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = {

@@ -8,6 +8,9 @@
 //! compacts); a `DELETE` that loses to it is planned again (`WriteEngine::delete`). Writes go on
 //! during a pass: Lance commits the compaction on top of them, and removal never touches the
 //! latest version or a file no manifest references yet.
+//!
+//! A pass holds the maintenance lease (a row of the manifest table, renewed while it runs):
+//! a second pass, in this process or any other, is refused until the first ends.
 
 mod retention;
 mod summary;
@@ -18,6 +21,26 @@ pub use retention::{Retention, cutoff};
 pub use summary::{Outcome, PassSummary, TableSummary};
 
 use crate::engine::{EngineError, TableRef, WriteEngine, is_conflict};
+use crate::manifest::LeaseError;
+
+/// How long a pass holds the lease without renewing it: a pass killed mid-way (its pod
+/// evicted) blocks the next one at most this long.
+pub const LEASE_TTL: Duration = Duration::from_secs(300);
+
+/// Why a pass did not run to its end (a table that fails is in the summary, not here).
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error("maintenance could not list the tables: {0}")]
+    Listing(#[source] EngineError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+/// Who holds the lease: the pod (its host name) and the process.
+fn holder() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "a host".into());
+    format!("{host}, pid {}, at {}", std::process::id(), now_ms())
+}
 
 /// What one pass does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,10 +75,54 @@ pub const DEFAULT_TARGET_ROWS: usize = 1024 * 1024;
 pub const DEFAULT_INDEX_UNINDEXED_ROWS: u64 = 100_000;
 
 /// One pass over every table of `engine`'s warehouse.
-pub async fn run(engine: &WriteEngine, options: Options) -> Result<PassSummary, EngineError> {
-    let tables = engine.list_tables().await?;
+pub async fn run(engine: &WriteEngine, options: Options) -> Result<PassSummary, PassError> {
+    let lease = engine.maintenance_lease(holder(), LEASE_TTL).await?;
+    let every = lease.renew_every();
+    let lease = std::sync::Arc::new(tokio::sync::Mutex::new(lease));
+    // Renewed in the background, so a long table does not let it lapse; a lost lease stops the
+    // pass before its next table.
+    let (lost_tx, lost) = tokio::sync::watch::channel(false);
+    let renewing = {
+        let lease = lease.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match lease.lock().await.renew().await {
+                    Ok(()) => {}
+                    Err(LeaseError::Lost) => {
+                        let _ = lost_tx.send(true);
+                        return;
+                    }
+                    // A store error: tried again at the next renewal, within the lease's time.
+                    Err(e) => tracing::warn!(error = %e, "the maintenance lease was not renewed"),
+                }
+            }
+        })
+    };
+    let result = pass(engine, options, &lost).await;
+    renewing.abort();
+    let _ = renewing.await;
+    // The renewal task is gone: the lease is this function's alone again.
+    if let Ok(lease) = std::sync::Arc::try_unwrap(lease)
+        && !*lost.borrow()
+        && let Err(e) = lease.into_inner().release().await
+    {
+        tracing::warn!(error = %e, "the maintenance lease was not released; it expires unrenewed");
+    }
+    result
+}
+
+async fn pass(
+    engine: &WriteEngine,
+    options: Options,
+    lost: &tokio::sync::watch::Receiver<bool>,
+) -> Result<PassSummary, PassError> {
+    let tables = engine.list_tables().await.map_err(PassError::Listing)?;
     let mut summary = PassSummary::default();
     for table in tables {
+        if *lost.borrow() {
+            return Err(LeaseError::Lost.into());
+        }
         tracing::info!(%table, "maintaining the table");
         let done = maintain_table(engine, &table, options).await;
         tracing::info!(%table, outcome = %done, "maintained");

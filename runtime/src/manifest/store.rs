@@ -97,10 +97,11 @@ impl ManifestStore {
     /// Deletes every manifest row of a dataset, page by page, returning how many there were.
     /// Lance never deletes rows; stale rows would block recreating a table at the same path.
     pub async fn delete_all(&self, base_uri: &str) -> Result<usize, StoreError> {
-        if base_uri == Authority::Manifests.marker_key().hash {
+        if base_uri == Authority::Manifests.marker_key().hash || base_uri == super::LEASE_PARTITION
+        {
             return Err(StoreError::Backend {
                 store: self.kv.describe().to_owned(),
-                source: "refusing to delete the authority marker's partition".into(),
+                source: "refusing to delete the authority marker's or the lease's partition".into(),
             });
         }
         let mut deleted = 0;
@@ -121,6 +122,15 @@ impl ManifestStore {
             self.kv.batch(&ops).await?;
             deleted += ops.len();
         }
+    }
+
+    /// Takes the maintenance lease (a row of this table) for `ttl`.
+    pub async fn maintenance_lease(
+        &self,
+        holder: String,
+        ttl: std::time::Duration,
+    ) -> Result<super::Lease, super::LeaseError> {
+        super::Lease::acquire(self.kv.clone(), holder, ttl).await
     }
 
     /// Deletes the rows of `versions` of a dataset (versions maintenance removed), never its

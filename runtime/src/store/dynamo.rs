@@ -99,12 +99,24 @@ impl DynamoStore {
         Ok(item)
     }
 
-    fn condition(&self, condition: Condition) -> Option<&'static str> {
-        match condition {
-            Condition::Always => None,
-            Condition::NotExists => Some("attribute_not_exists(#h)"),
-            Condition::Exists => Some("attribute_exists(#h)"),
-        }
+    /// The condition expression of `condition`, its attribute names and values.
+    fn condition(&self, condition: Condition) -> Option<ConditionExpression> {
+        let hash = ("#h".to_owned(), self.schema.hash.name.to_owned());
+        let (expression, names, values) = match condition {
+            Condition::Always => return None,
+            Condition::NotExists => ("attribute_not_exists(#h)", vec![hash], vec![]),
+            Condition::Exists => ("attribute_exists(#h)", vec![hash], vec![]),
+            Condition::Revision(revision) => (
+                "attribute_exists(#h) AND #rev = :rev",
+                vec![hash, ("#rev".to_owned(), super::REVISION_ATTR.to_owned())],
+                vec![(":rev".to_owned(), AttributeValue::N(revision.to_string()))],
+            ),
+        };
+        Some(ConditionExpression {
+            expression,
+            names: names.into_iter().collect(),
+            values: values.into_iter().collect(),
+        })
     }
 
     fn error<E>(&self, err: SdkError<E, HttpResponse>, key: Option<&Key>) -> StoreError
@@ -228,10 +240,11 @@ impl MetaStore for DynamoStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(self.to_attrs(item)));
-        if let Some(expr) = self.condition(condition) {
+        if let Some(c) = self.condition(condition) {
             request = request
-                .condition_expression(expr)
-                .expression_attribute_names("#h", self.schema.hash.name);
+                .condition_expression(c.expression)
+                .set_expression_attribute_names(Some(c.names))
+                .set_expression_attribute_values((!c.values.is_empty()).then_some(c.values));
         }
         request
             .send()
@@ -246,10 +259,11 @@ impl MetaStore for DynamoStore {
             .delete_item()
             .table_name(&self.table)
             .set_key(Some(self.key_attrs(key)));
-        if let Some(expr) = self.condition(condition) {
+        if let Some(c) = self.condition(condition) {
             request = request
-                .condition_expression(expr)
-                .expression_attribute_names("#h", self.schema.hash.name);
+                .condition_expression(c.expression)
+                .set_expression_attribute_names(Some(c.names))
+                .set_expression_attribute_values((!c.values.is_empty()).then_some(c.values));
         }
         request.send().await.map_err(|e| self.error(e, Some(key)))?;
         Ok(())
@@ -284,6 +298,13 @@ impl MetaStore for DynamoStore {
         }
         Ok(())
     }
+}
+
+/// A DynamoDB condition: its expression, attribute names and values.
+struct ConditionExpression {
+    expression: &'static str,
+    names: std::collections::HashMap<String, String>,
+    values: std::collections::HashMap<String, AttributeValue>,
 }
 
 impl DynamoStore {

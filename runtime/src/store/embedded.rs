@@ -250,8 +250,9 @@ impl MetaStore for EmbeddedStore {
                 let mut table = txn.open_table(ITEMS).map_err(|e| redb_err(store, e))?;
                 let sort = encode_sort(&item.key.sort);
                 let k = (item.key.partition.as_str(), sort.as_slice());
-                let exists = table.get(k).map_err(|e| redb_err(store, e))?.is_some();
-                if !condition_holds(condition, exists) {
+                let existing = table.get(k).map_err(|e| redb_err(store, e))?;
+                let holds = condition_holds(condition, existing.map(|v| v.value().to_vec()));
+                if !holds {
                     return Err(StoreError::ConditionFailed {
                         store: store.to_owned(),
                         key: item.key.clone(),
@@ -281,7 +282,7 @@ impl MetaStore for EmbeddedStore {
                 let removed = table
                     .remove((key.partition.as_str(), sort.as_slice()))
                     .map_err(|e| redb_err(store, e))?
-                    .is_some();
+                    .map(|v| v.value().to_vec());
                 if !condition_holds(condition, removed) {
                     // Dropping the transaction without commit rolls the removal back.
                     return Err(StoreError::ConditionFailed {
@@ -333,10 +334,16 @@ impl MetaStore for EmbeddedStore {
     }
 }
 
-fn condition_holds(condition: Condition, exists: bool) -> bool {
+/// Whether `condition` holds for the stored value of the key (`None`: no item).
+fn condition_holds(condition: Condition, existing: Option<Vec<u8>>) -> bool {
     match condition {
         Condition::Always => true,
-        Condition::NotExists => !exists,
-        Condition::Exists => exists,
+        Condition::NotExists => existing.is_none(),
+        Condition::Exists => existing.is_some(),
+        Condition::Revision(revision) => existing
+            .and_then(|bytes| serde_json::from_slice::<Attributes>(&bytes).ok())
+            .is_some_and(|attributes| {
+                attributes.get(super::REVISION_ATTR) == Some(&super::Value::N(revision))
+            }),
     }
 }

@@ -25,7 +25,13 @@ pub enum Condition {
     NotExists,
     /// Only if an item has this key.
     Exists,
+    /// Only if an item has this key and its [`REVISION_ATTR`] is this number: an optimistic
+    /// update of a row others may update too (the maintenance lease).
+    Revision(i64),
 }
+
+/// The attribute [`Condition::Revision`] compares.
+pub const REVISION_ATTR: &str = "revision";
 
 /// One page of a partition query.
 #[derive(Debug, Clone, PartialEq)]

@@ -841,3 +841,67 @@ async fn maintenance_updates_indices_that_lag_behind() {
         (0..150).collect::<Vec<_>>()
     );
 }
+
+/// Two passes never run at once, whichever processes run them: a pass holds the lease (a row of
+/// the manifest table); `lake maintain` in another process skips its pass while it is held,
+/// naming the holder (not a failure: the running pass does the work), and runs once it is
+/// released.
+#[test]
+fn maintenance_passes_never_overlap() {
+    use lake_common::config::MaintenanceConfig;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let lake = runtime.block_on(CloudLake::new());
+    let t = table("people", "contacts");
+    let metadata = runtime.block_on(lake.metadata());
+    runtime.block_on(write_then_delete(&metadata, &t, "overlap"));
+    let holder = lake_testkit::unique("another pass");
+    let lease = runtime
+        .block_on(
+            metadata
+                .engine()
+                .maintenance_lease(holder.clone(), Duration::from_secs(120)),
+        )
+        .unwrap();
+    // In this process too.
+    let refused = runtime.block_on(maintain::run(metadata.engine(), eager()));
+    assert!(
+        matches!(&refused, Err(maintain::PassError::Lease(_))),
+        "{refused:?}"
+    );
+    let config = MaintenanceConfig::for_plan(&lake.plan, lake.cluster.clone()).unwrap();
+    let maintain = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+            .args([
+                "maintain",
+                "--retention-seconds",
+                "0",
+                "--grace-seconds",
+                "0",
+            ])
+            .env_clear()
+            .envs(config.to_vars())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .output()
+            .unwrap()
+    };
+    let out = maintain();
+    let said = lake_testkit::output_text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("maintenance: skipped: another maintenance pass holds the lease")
+            && said.contains(&holder)
+            && !said.contains("people.contacts"),
+        "{said}"
+    );
+    runtime.block_on(lease.release()).unwrap();
+    let out = maintain();
+    let said = lake_testkit::output_text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("people.contacts: ok"), "{said}");
+    // The pass let the lease go: the next one runs at once.
+    let again = runtime.block_on(maintain::run(metadata.engine(), eager()));
+    assert!(again.is_ok(), "{again:?}");
+}

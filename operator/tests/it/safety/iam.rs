@@ -306,7 +306,8 @@ async fn status_drops_what_the_spec_dropped() {
         "{switched}"
     );
 
-    // An invalid spec: the pass observed nothing, so nothing but conditions is reported.
+    // An invalid spec: the pass observed nothing, so nothing but conditions (and the record of
+    // grants still to revoke, none here) is reported.
     h.patch_spec(json!({"query": {"image": " "}})).await;
     h.reconcile().await;
     let status = h.cluster().await.status.unwrap();

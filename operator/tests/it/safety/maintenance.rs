@@ -1,6 +1,7 @@
 //! The maintenance CronJob follows the spec: rendered with its own ServiceAccount and role
-//! grant, its status read only from Jobs the CronJob owns, and everything of it gone (the
-//! CronJob, the grant, the status) once `spec.maintenance` is removed.
+//! grant, its status read only from Jobs the live CronJob controls, and everything of it gone
+//! (the CronJob, its ServiceAccount and ConfigMap, the grant, the status) once
+//! `spec.maintenance` is removed — even when the edit goes through a refused spec first.
 
 use super::*;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -47,8 +48,7 @@ async fn maintenance_follows_the_spec_and_only_its_own_jobs() {
     assert_eq!(status.maintenance.unwrap().cron_job, cron_job);
     assert_eq!(h.condition("Maintained").await.1, "NoPassYet");
 
-    // A Job that carries the labels but that the CronJob did not start is not a pass: a
-    // namespace user cannot write the cluster's maintenance outcome.
+    // A Job that carries the labels and names the CronJob, but not its uid, is not a pass.
     let forged: Job = serde_json::from_value(json!({
         "metadata": {
             "name": format!("{name}-forged"),
@@ -57,6 +57,8 @@ async fn maintenance_follows_the_spec_and_only_its_own_jobs() {
                 "app.kubernetes.io/component": "maintenance",
                 "app.kubernetes.io/managed-by": "lake-operator",
             },
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": cron_job,
+                "uid": "00000000-0000-0000-0000-000000000000", "controller": true}],
         },
         "spec": {
             "suspend": true,
@@ -73,11 +75,32 @@ async fn maintenance_follows_the_spec_and_only_its_own_jobs() {
     let maintenance = h.cluster().await.status.unwrap().maintenance.unwrap();
     assert_eq!((maintenance.last_pass, maintenance.running), (None, None));
 
-    // Without spec.maintenance: the CronJob, its role's grant and its status go.
-    h.patch_spec(json!({"maintenance": null, "iam": {"maintenanceRole": null}}))
+    // spec.maintenance removed first: refused (the role would hold a grant nothing uses), and
+    // the record of the grant is kept so that it can still be revoked.
+    h.patch_spec(json!({"maintenance": null})).await;
+    h.reconcile().await;
+    assert_eq!(h.condition("PlanValid").await.0, "False");
+    let recorded = h.cluster().await.status.unwrap().policies.unwrap();
+    assert!(recorded.maintenance.is_some(), "{recorded:?}");
+    // Then the role: the CronJob, its ServiceAccount and ConfigMap, the grant and the status go.
+    h.patch_spec(json!({"iam": {"maintenanceRole": null}}))
         .await;
     h.reconcile().await;
     assert!(cron_jobs.get_opt(&cron_job).await.unwrap().is_none());
+    for gone in [
+        Api::<ServiceAccount>::namespaced(h.client.clone(), NS)
+            .get_opt(&cron_job)
+            .await
+            .unwrap()
+            .map(|_| "ServiceAccount"),
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(h.client.clone(), NS)
+            .get_opt(&cron_job)
+            .await
+            .unwrap()
+            .map(|_| "ConfigMap"),
+    ] {
+        assert_eq!(gone, None, "the maintenance {gone:?} is still there");
+    }
     assert!(
         !has_policy(&maintenance_role, &name).await,
         "the maintenance role kept its grant"

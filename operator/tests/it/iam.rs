@@ -410,4 +410,11 @@ spec:
         results["the probed object survived"], "allowed",
         "{results}"
     );
+    assert_eq!(results["the staged file survived"], "allowed", "{results}");
+    assert_eq!(
+        results["maintenance s3:DeleteObjects mixed"],
+        serde_json::json!({"deleted": ["wh/probe/inside"], "refused": ["elsewhere/outside"],
+            "left": ["elsewhere/outside"]}),
+        "{results}"
+    );
 }

@@ -107,6 +107,19 @@ def probe(endpoint, keys_file, registry, manifest, bucket, key, prefix):
     # The object is still there (read with the auditor's key).
     auditor = client(endpoint, "s3", keys["auditor"]["id"], keys["auditor"]["secret"])
     attempt("the probed object survived", lambda: auditor.head_object(Bucket=bucket, Key=key))
+    # A batch is authorised key by key (as S3 does): the key under the warehouse goes, the one
+    # outside stays, refused.
+    auditor = client(endpoint, "s3", keys["auditor"]["id"], keys["auditor"]["secret"])
+    inside, outside = f"{prefix}/probe/inside", "elsewhere/outside"
+    for k in (inside, outside):
+        auditor.put_object(Bucket=bucket, Key=k, Body=b"x")
+    answer = m("s3").delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": inside}, {"Key": outside}]})
+    results["maintenance s3:DeleteObjects mixed"] = {
+        "deleted": sorted(d["Key"] for d in answer.get("Deleted", [])),
+        "refused": sorted(e["Key"] for e in answer.get("Errors", []) if e.get("Code") == "AccessDenied"),
+        "left": sorted(k for k in (inside, outside)
+                       if auditor.list_objects_v2(Bucket=bucket, Prefix=k).get("KeyCount", 0)),
+    }
     attempt("the staged file survived", lambda: client(
         endpoint, "s3", keys["auditor"]["id"], keys["auditor"]["secret"]).head_object(
         Bucket=bucket, Key=staged))

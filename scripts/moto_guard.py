@@ -75,6 +75,28 @@ def _dynamodb_resource(self):
 
 DynamoHandler._determine_resource = _dynamodb_resource
 
+# moto checks a DynamoDB write's condition and then writes, with nothing between the two held,
+# and serves requests on several threads: two conditional puts of one key (two writers
+# committing the same Lance version) could both succeed, which DynamoDB never allows — an
+# acknowledged commit was then lost (`concurrent_appenders_all_land`, under load). Writes run
+# one at a time, as the check-and-write is atomic in DynamoDB (a batch's items each on their
+# own, as in DynamoDB).
+from moto.dynamodb.models import DynamoDBBackend  # noqa: E402
+
+_dynamodb_writes = threading.RLock()
+
+
+def _one_write_at_a_time(write):
+    def locked(*args, **kwargs):
+        with _dynamodb_writes:
+            return write(*args, **kwargs)
+
+    return locked
+
+
+for _write in ("put_item", "update_item", "delete_item", "transact_write_items"):
+    setattr(DynamoDBBackend, _write, _one_write_at_a_time(getattr(DynamoDBBackend, _write)))
+
 # S3 authorises DeleteObjects per key (s3:DeleteObject on each key's ARN); moto authorises the
 # whole request against the bucket's ARN, so a policy scoped to a prefix (lake's) is refused
 # every key of a batch. Authorise each key as AWS does, and let moto's own per-key pass (which

@@ -139,3 +139,17 @@ fn python_asserts_under_pythonoptimize() {
     ]);
     assert!(!ok && stderr.contains("AssertionError: raised"), "{stderr}");
 }
+
+/// The emulator grants a conditional put of one key once, even when its check-then-write is
+/// slowed as a loaded machine slows it: without that, two writers could both commit one Lance
+/// version and an acknowledged commit was lost (`concurrent_appenders_all_land` saw it once).
+#[test]
+fn the_emulator_grants_a_conditional_put_once() {
+    let guard = workspace_root().join("scripts/moto_guard.py");
+    let (ok, out, err) =
+        crate::python(&["testkit/python/moto_race.py", &guard.display().to_string()]);
+    assert!(ok, "{out}\n{err}");
+    let result: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(result["keys"], 20, "{result}");
+    assert_eq!(result["several_winners"], 0, "{result}");
+}

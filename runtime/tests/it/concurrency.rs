@@ -36,20 +36,35 @@ async fn concurrent_appenders_all_land() {
         .map(|(w, metadata)| {
             let t = t.clone();
             tokio::spawn(async move {
+                let mut versions = Vec::new();
                 for c in 0..COMMITS {
                     let start = (w * COMMITS + c) * ROWS;
-                    metadata
+                    let committed = metadata
                         .engine()
                         .append(&t, schema(), vec![batch(start..start + ROWS)])
                         .await
                         .unwrap_or_else(|e| panic!("writer {w} commit {c}: {e}"));
+                    versions.push(committed.version);
                 }
+                versions
             })
         })
         .collect();
+    // Each acknowledged commit is its own version: two writers told they committed the same
+    // version means one of them was lost (an emulator whose conditional put was not atomic did
+    // that under load).
+    let mut acknowledged = Vec::new();
     for writer in writers {
-        writer.await.unwrap();
+        acknowledged.extend(writer.await.unwrap());
     }
+    acknowledged.sort_unstable();
+    let before = acknowledged.len();
+    acknowledged.dedup();
+    assert_eq!(
+        acknowledged.len(),
+        before,
+        "two commits acknowledged as one version"
+    );
     eprintln!(
         "{} commits by {WRITERS} independent writers in {:.1?}",
         WRITERS * COMMITS,

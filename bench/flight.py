@@ -36,42 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
 
+from local_lake import Lake
+
 LAKE = sys.argv[1]
 ROWS = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000_000
 REPEATS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 CLIENTS = 16
 SMALL_QUERIES = 640
-
-
-class Lake:
-    """`lake local` on `data`, as a process; both endpoints printed on stdout."""
-
-    def __init__(self, data):
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [LAKE, "local", "--data", data, "--query-addr", "127.0.0.1:0", "--metadata-addr", "127.0.0.1:0"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        urls = {}
-        while len(urls) < 2:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("lake local exited")
-            parts = line.split()
-            if parts and parts[0] in ("query", "metadata"):
-                urls[parts[0]] = parts[1]
-        threading.Thread(target=lambda: self.proc.stdout.read(), daemon=True).start()
-        self.query, self.metadata = urls["query"], urls["metadata"]
-
-    def status(self, field):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait()
 
 
 def _field(number, data):
@@ -162,7 +133,7 @@ def first_answer(data):
     """Seconds from starting `lake local` on `data` to the first answer of `SELECT 1` through
     ADBC; the server's RSS (MiB) once started (serving, idle), and once it has answered one
     statement and gone idle again."""
-    lake = Lake(data)
+    lake = Lake(LAKE, data)
     try:
         started_rss = lake.status("VmRSS")
         with flightsql.connect(lake.query, autocommit=True) as conn, conn.cursor() as cur:
@@ -221,7 +192,7 @@ def main():
 
 
 def run(data, report):
-    lake = Lake(data)
+    lake = Lake(LAKE, data)
     with flightsql.connect(lake.metadata, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute("CREATE SCHEMA big")
         cur.execute(f"CREATE TABLE big.t AS SELECT value AS id, value * 2 AS a, value * 3 AS b, "
@@ -237,7 +208,7 @@ def run(data, report):
 
     # Round trips first, on a fresh server and a fresh client (a client holding a large result
     # slows its own calls: ADBC's Go runtime then has a large heap to collect).
-    lake = Lake(data)
+    lake = Lake(LAKE, data)
     conn = flightsql.connect(lake.query, autocommit=True)
     one = pa.table({"one": pa.array([1], pa.int64())})
     server = MemoryServer(one)
@@ -271,7 +242,7 @@ def run(data, report):
     lake.stop()
 
     # Reads, on a fresh server, so its peak RSS is the read's.
-    lake = Lake(data)
+    lake = Lake(LAKE, data)
     conn = flightsql.connect(lake.query, autocommit=True)
 
     def adbc_select_all():
@@ -393,7 +364,7 @@ def run(data, report):
     # Ingest: the same batches through ADBC into a fresh server, and through pylance.
     source = dataset.to_table()
     nbytes = source.nbytes / 1e6
-    lake = Lake(data)
+    lake = Lake(LAKE, data)
     ingests = []
     with flightsql.connect(lake.metadata, autocommit=True) as conn:
         for i in range(max(1, REPEATS // 2)):

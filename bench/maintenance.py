@@ -26,39 +26,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import adbc_driver_flightsql.dbapi as flightsql
 import lance
 
+from local_lake import Lake
+
 LAKE = sys.argv[1]
 COMMITS = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
 REPEATS = int(sys.argv[3]) if len(sys.argv) > 3 else 7
 POINT = COMMITS // 2
-
-
-class Lake:
-    """`lake local` on `data`, as a process; both endpoints printed on stdout."""
-
-    def __init__(self, data):
-        self.proc = subprocess.Popen(
-            [LAKE, "local", "--data", data, "--query-addr", "127.0.0.1:0", "--metadata-addr", "127.0.0.1:0"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        urls = {}
-        while len(urls) < 2:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("lake local exited")
-            parts = line.split()
-            if parts and parts[0] in ("query", "metadata"):
-                urls[parts[0]] = parts[1]
-        threading.Thread(target=lambda: self.proc.stdout.read(), daemon=True).start()
-        self.query, self.metadata = urls["query"], urls["metadata"]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait()
 
 
 def median_time(fn):
@@ -91,7 +69,7 @@ def main():
     root = tempfile.mkdtemp(prefix="lake-maintenance-bench-")
     data = os.path.join(root, "lake")
     try:
-        lake = Lake(data)
+        lake = Lake(LAKE, data)
         with flightsql.connect(lake.metadata) as conn, conn.cursor() as cur:
             for sql in ["CREATE SCHEMA b",
                         "CREATE TABLE b.small (id BIGINT, name VARCHAR, value DOUBLE)",
@@ -130,7 +108,7 @@ def main():
         pylance_pass = time.perf_counter() - t0
         fragments = len(lance.dataset(small_dir).get_fragments())
 
-        lake = Lake(data)
+        lake = Lake(LAKE, data)
         after_scan, after_point = reads(lake, "small")
         lake.stop()
     finally:

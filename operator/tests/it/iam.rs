@@ -359,6 +359,33 @@ spec:
         "objects still holding the deleted rows after the pass: {after}"
     );
 
+    // `lake selftest` in the maintenance role agrees with its credentials, and fails with
+    // query's (which may not write the manifest table).
+    let selftest = |who: &str| {
+        let mut command = std::process::Command::new(lake_testkit::binary("lake"));
+        command
+            .arg("selftest")
+            .env_clear()
+            .envs(lake_operator::plan::maintenance::config(&validated).unwrap());
+        aws_env(
+            &mut command,
+            keys[who]["id"].as_str().unwrap(),
+            keys[who]["secret"].as_str().unwrap(),
+        );
+        command.output().unwrap()
+    };
+    let own = selftest("maintenance");
+    let said = lake_testkit::output_text(&own);
+    assert!(own.status.success(), "{said}");
+    assert!(
+        said.contains("maintenance selftest: 5 passed, 0 failed"),
+        "{said}"
+    );
+    let query = selftest("query");
+    let said = lake_testkit::output_text(&query);
+    assert!(!query.status.success(), "{said}");
+    assert!(said.contains("FAILED maintenance may write"), "{said}");
+
     // What neither role may do. The object probed is one the pass kept.
     let (ok, stdout, stderr) = lake_testkit::python(&[
         script,

@@ -27,8 +27,44 @@ pub enum LeaseError {
          it): this pass stops"
     )]
     Lost,
+    #[error(
+        "the maintenance lease row ({LEASE_PARTITION}, version 0, in the manifest table) is \
+         malformed: {0}; no pass runs until an administrator deletes it"
+    )]
+    Malformed(String),
     #[error("the maintenance lease: {0}")]
     Store(#[from] StoreError),
+}
+
+/// The lease row as stored: its holder, expiry (ms since the epoch) and revision. Anything else
+/// is refused, not guessed: a row whose revision cannot be read could never be taken over.
+struct Row {
+    holder: String,
+    expires: i64,
+    revision: i64,
+}
+
+impl Row {
+    fn read(item: &Item) -> Result<Self, LeaseError> {
+        let number = |name: &str| match item.attributes.get(name) {
+            Some(Value::N(n)) => Ok(*n),
+            other => Err(LeaseError::Malformed(format!(
+                "{name} is {other:?}, not a number"
+            ))),
+        };
+        Ok(Self {
+            holder: match item.attributes.get(HOLDER_ATTR) {
+                Some(Value::S(h)) => h.clone(),
+                other => {
+                    return Err(LeaseError::Malformed(format!(
+                        "{HOLDER_ATTR} is {other:?}, not a string"
+                    )));
+                }
+            },
+            expires: number(EXPIRES_ATTR)?,
+            revision: number(REVISION_ATTR)?,
+        })
+    }
 }
 
 fn now_ms() -> i64 {
@@ -61,25 +97,17 @@ impl Lease {
         let (condition, revision) = match store.get(&key()).await? {
             None => (Condition::NotExists, 1),
             Some(item) => {
-                let number = |name| match item.attributes.get(name) {
-                    Some(Value::N(n)) => *n,
-                    _ => 0,
-                };
-                let (expires, revision) = (number(EXPIRES_ATTR), number(REVISION_ATTR));
-                if expires > now {
-                    let holder = match item.attributes.get(HOLDER_ATTR) {
-                        Some(Value::S(h)) => h.clone(),
-                        _ => "unknown".into(),
-                    };
+                let row = Row::read(&item)?;
+                if row.expires > now {
                     return Err(LeaseError::Held {
-                        holder,
-                        seconds: (expires - now + 999) / 1000,
+                        holder: row.holder,
+                        seconds: (row.expires - now + 999) / 1000,
                     });
                 }
-                (Condition::Revision(revision), revision + 1)
+                (Condition::Revision(row.revision), row.revision + 1)
             }
         };
-        let mut lease = Self {
+        let lease = Self {
             store,
             holder,
             revision,
@@ -88,19 +116,16 @@ impl Lease {
         match lease.write(condition, now + lease.ttl_ms()).await {
             Ok(()) => Ok(lease),
             // Another process took it between the read and the write.
-            Err(StoreError::ConditionFailed { .. }) => {
-                lease.revision = 0;
-                Err(match lease.store.get(&key()).await? {
-                    Some(item) => LeaseError::Held {
-                        holder: match item.attributes.get(HOLDER_ATTR) {
-                            Some(Value::S(h)) => h.clone(),
-                            _ => "unknown".into(),
-                        },
-                        seconds: lease.ttl.as_secs().try_into().unwrap_or(i64::MAX),
-                    },
-                    None => LeaseError::Lost,
-                })
-            }
+            Err(StoreError::ConditionFailed { .. }) => Err(match lease.store.get(&key()).await? {
+                Some(item) => {
+                    let row = Row::read(&item)?;
+                    LeaseError::Held {
+                        holder: row.holder,
+                        seconds: ((row.expires - now_ms()).max(0) + 999) / 1000,
+                    }
+                }
+                None => LeaseError::Lost,
+            }),
             Err(e) => Err(e.into()),
         }
     }
@@ -139,17 +164,12 @@ impl Lease {
     /// first: a renewal cancelled mid-write leaves the revision this holder knows behind the
     /// stored one, and the holder's name (unique per acquisition) says whose it is.
     pub async fn release(mut self) -> Result<(), LeaseError> {
-        let stored = self.store.get(&key()).await?;
-        let held = match stored.as_ref().map(|item| {
-            (
-                item.attributes.get(HOLDER_ATTR),
-                item.attributes.get(REVISION_ATTR),
-            )
-        }) {
-            Some((Some(Value::S(holder)), Some(Value::N(revision)))) if *holder == self.holder => {
-                *revision
-            }
-            _ => return Err(LeaseError::Lost),
+        let held = match self.store.get(&key()).await? {
+            Some(item) => match Row::read(&item) {
+                Ok(row) if row.holder == self.holder => row.revision,
+                _ => return Err(LeaseError::Lost),
+            },
+            None => return Err(LeaseError::Lost),
         };
         self.revision = held + 1;
         match self.write(Condition::Revision(held), 0).await {
@@ -205,16 +225,99 @@ mod tests {
         c.release().await.unwrap();
     }
 
-    /// Of many processes racing for a free lease, exactly one gets it.
+    /// A row someone else wrote badly is refused by name, never overwritten or taken as free.
+    #[tokio::test]
+    async fn a_malformed_lease_row_is_refused_naming_it() {
+        let (_dir, store) = store().await;
+        for bad in [
+            Item::new(key()).with(HOLDER_ATTR, Value::S("x".into())),
+            Item::new(key())
+                .with(HOLDER_ATTR, Value::S("x".into()))
+                .with(EXPIRES_ATTR, Value::N(0))
+                .with(REVISION_ATTR, Value::S("7".into())),
+        ] {
+            store.put(&bad, Condition::Always).await.unwrap();
+            let refused = Lease::acquire(store.clone(), "a".into(), Duration::from_secs(60)).await;
+            let said = refused.as_ref().map(|_| ()).unwrap_err().to_string();
+            assert!(
+                matches!(refused, Err(LeaseError::Malformed(_))) && said.contains(LEASE_PARTITION),
+                "{said}"
+            );
+            assert_eq!(
+                store.get(&key()).await.unwrap(),
+                Some(bad),
+                "the row was changed"
+            );
+        }
+    }
+
+    /// A store whose reads wait until every racer has read: all of them see the lease free
+    /// before any writes, the widest race there is.
+    #[derive(Debug)]
+    struct ReadTogether {
+        inner: Arc<dyn MetaStore>,
+        all_read: tokio::sync::Barrier,
+        reads: std::sync::atomic::AtomicUsize,
+        racers: usize,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::store::MetaRead for ReadTogether {
+        fn describe(&self) -> &str {
+            self.inner.describe()
+        }
+        async fn get(&self, key: &Key) -> Result<Option<Item>, StoreError> {
+            let item = self.inner.get(key).await;
+            // Each racer's first read waits for the others'; later ones (a loser reading who
+            // won) do not.
+            let read = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if read < self.racers {
+                self.all_read.wait().await;
+            }
+            item
+        }
+        async fn query(
+            &self,
+            partition: &str,
+            request: &crate::store::QueryRequest,
+        ) -> Result<crate::store::Page, StoreError> {
+            self.inner.query(partition, request).await
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl MetaStore for ReadTogether {
+        async fn put(&self, item: &Item, condition: Condition) -> Result<(), StoreError> {
+            self.inner.put(item, condition).await
+        }
+        async fn delete(&self, key: &Key, condition: Condition) -> Result<(), StoreError> {
+            self.inner.delete(key, condition).await
+        }
+        async fn batch(&self, ops: &[crate::store::WriteOp]) -> Result<(), StoreError> {
+            self.inner.batch(ops).await
+        }
+    }
+
+    /// Of many processes racing for a free lease, exactly one gets it — even when all of them
+    /// read it free before any of them writes.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn racing_acquirers_get_it_once() {
-        let (_dir, store) = store().await;
-        let attempts = (0..16).map(|i| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                Lease::acquire(store, format!("p{i}"), Duration::from_secs(60)).await
-            })
+        let (_dir, inner) = store().await;
+        let store: Arc<dyn MetaStore> = Arc::new(ReadTogether {
+            inner,
+            all_read: tokio::sync::Barrier::new(16),
+            reads: std::sync::atomic::AtomicUsize::new(0),
+            racers: 16,
         });
+        // Spawned all at once (a lazy iterator would start each after the previous ended).
+        let attempts: Vec<_> = (0..16)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    Lease::acquire(store, format!("p{i}"), Duration::from_secs(60)).await
+                })
+            })
+            .collect();
         let mut won = 0;
         for attempt in attempts {
             match attempt.await.unwrap() {

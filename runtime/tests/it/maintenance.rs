@@ -601,6 +601,30 @@ async fn maintain_command_runs_a_pass_and_removed_versions_are_not_found() {
     );
 }
 
+/// `lake maintain` with the maintenance role's environment only (as its CronJob runs it), no
+/// retention and no grace, signing with the access key `key`.
+fn maintain_in_role(
+    config: &lake_common::config::MaintenanceConfig,
+    key: &str,
+) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lake"));
+    command
+        .args([
+            "maintain",
+            "--retention-seconds",
+            "0",
+            "--grace-seconds",
+            "0",
+        ])
+        .env_clear()
+        .envs(config.to_vars())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_ACCESS_KEY_ID", key)
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    command
+}
+
 /// `lake maintain` in the maintenance role (its LAKE_* environment, as its CronJob runs it) erases
 /// a cloud lake's deleted rows through the warehouse and the manifest table only: the emulator's
 /// log shows no registry request and no object outside the warehouse. A bad environment is
@@ -619,22 +643,9 @@ fn maintain_command_in_the_maintenance_role_reaches_only_the_warehouse_and_manif
     let key = lake_testkit::unique("MAINTKEY").to_uppercase();
     let config = MaintenanceConfig::for_plan(&lake.plan, lake.cluster.clone()).unwrap();
     let maintain = |extra: &[(&str, &str)]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
-            .args([
-                "maintain",
-                "--retention-seconds",
-                "0",
-                "--grace-seconds",
-                "0",
-            ])
+        maintain_in_role(&config, &key)
             .args(["--target-rows-per-fragment", "10"])
-            .env_clear()
-            .envs(config.to_vars())
             .envs(extra.iter().copied())
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_ACCESS_KEY_ID", &key)
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
             .output()
             .unwrap()
     };
@@ -869,24 +880,7 @@ fn maintenance_passes_never_overlap() {
         "{refused:?}"
     );
     let config = MaintenanceConfig::for_plan(&lake.plan, lake.cluster.clone()).unwrap();
-    let maintain = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
-            .args([
-                "maintain",
-                "--retention-seconds",
-                "0",
-                "--grace-seconds",
-                "0",
-            ])
-            .env_clear()
-            .envs(config.to_vars())
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .output()
-            .unwrap()
-    };
+    let maintain = || maintain_in_role(&config, "testing").output().unwrap();
     let out = maintain();
     let said = lake_testkit::output_text(&out);
     assert!(out.status.success(), "{said}");

@@ -1,0 +1,36 @@
+"""`lake local` as a process, for the benches that drive it through its endpoints."""
+
+import subprocess
+import threading
+import time
+
+
+class Lake:
+    """`lake local` on `data`, as a process; both endpoints printed on stdout."""
+
+    def __init__(self, binary, data):
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [binary, "local", "--data", data, "--query-addr", "127.0.0.1:0", "--metadata-addr", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        urls = {}
+        while len(urls) < 2:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("lake local exited")
+            parts = line.split()
+            if parts and parts[0] in ("query", "metadata"):
+                urls[parts[0]] = parts[1]
+        threading.Thread(target=lambda: self.proc.stdout.read(), daemon=True).start()
+        self.query, self.metadata = urls["query"], urls["metadata"]
+
+    def status(self, field):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()

@@ -376,19 +376,10 @@ mod tests {
     }
 
     fn cluster(extra: &str, query_role: &str) -> ValidatedCluster {
-        let yaml = format!(
-            r#"
-apiVersion: lake.dev/v1alpha1
-kind: LakeCluster
-metadata: {{name: analytics, namespace: data}}
-spec:
-  storage: {{s3: {{bucket: acme-lake, prefix: wh, region: eu-west-1}}}}
-  iam: {{queryRole: "{query_role}", metadataRole: lake-metadata}}
-  query: {{image: lake:1}}
-  metadata: {{image: lake:1}}
-{extra}"#
-        );
-        crate::validate::validate(&serde_yaml::from_str(&yaml).unwrap()).unwrap()
+        crate::validate::fixture::cloud(
+            &format!("queryRole: \"{query_role}\", metadataRole: lake-metadata"),
+            extra,
+        )
     }
 
     fn allowlist(rules: &str) -> Allowlist {

@@ -127,7 +127,9 @@ pub(super) fn changed(status: &MigrationStatus, scans: &[SegmentScan]) -> Vec<i3
         .collect()
 }
 
-/// Items of `table` but its marker (`key` = `marker`).
+/// Items of `table` but its marker (`key` = `marker`) and lake's own rows (`key` starting with
+/// `__lake__/`: the maintenance leases a pass writes into the manifest table, which may run while
+/// a migration waits for its approval).
 async fn count(
     dynamodb: &Client,
     table: &str,
@@ -141,9 +143,10 @@ async fn count(
             .scan()
             .table_name(table)
             .select(Select::Count)
-            .filter_expression("#k <> :m")
+            .filter_expression("#k <> :m AND NOT begins_with(#k, :own)")
             .expression_attribute_names("#k", key)
             .expression_attribute_values(":m", AttributeValue::S(marker.to_owned()))
+            .expression_attribute_values(":own", AttributeValue::S("__lake__/".to_owned()))
             .consistent_read(true)
             .set_exclusive_start_key(start)
             .send()

@@ -1,7 +1,7 @@
 //! The post-rollout check: one Job per role (maintenance's too, with `spec.maintenance`) that
 //! runs `lake selftest` with the role's configuration and ServiceAccount (so its credentials),
-//! named after the configuration's hash and image so a change runs it again. Pure: the Jobs as
-//! values.
+//! named after the configuration's hash, the image and the IAM role so a change of any runs it
+//! again. Pure: the Jobs as values.
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -47,7 +47,13 @@ pub fn job(cluster: &ValidatedCluster, identity: Identity) -> Option<Job> {
             )
         }
     };
-    let digest: String = Sha256::digest(format!("{config_hash}/{image}").as_bytes())
+    // The role too: a new role is new credentials, whose rights the check exists to prove.
+    let role = cluster
+        .iam
+        .as_ref()
+        .and_then(|iam| iam.role(identity))
+        .unwrap_or_default();
+    let digest: String = Sha256::digest(format!("{config_hash}/{image}/{role}").as_bytes())
         .iter()
         .take(4)
         .map(|b| format!("{b:02x}"))
@@ -94,4 +100,46 @@ pub fn jobs(cluster: &ValidatedCluster) -> Vec<(Identity, Job)> {
         .into_iter()
         .filter_map(|identity| Some((identity, job(cluster, identity)?)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(query_role: &str, maintenance_role: &str) -> ValidatedCluster {
+        crate::validate::fixture::cloud(
+            &format!(
+                "queryRole: {query_role}, metadataRole: lake-metadata, maintenanceRole: \
+                 {maintenance_role}"
+            ),
+            "  maintenance: {}",
+        )
+    }
+
+    fn names(cluster: &ValidatedCluster) -> Vec<(Identity, String)> {
+        jobs(cluster)
+            .into_iter()
+            .map(|(identity, job)| (identity, job.metadata.name.unwrap()))
+            .collect()
+    }
+
+    /// A new role is new credentials: its check runs again, and only its own.
+    #[test]
+    fn a_changed_role_runs_its_check_again() {
+        let before = names(&cluster("lake-query", "lake-maintenance"));
+        assert_eq!(before.len(), 3, "{before:?}");
+        let query = names(&cluster("lake-query-2", "lake-maintenance"));
+        let maintenance = names(&cluster("lake-query", "lake-maintenance-2"));
+        let changed = |after: &[(Identity, String)]| -> Vec<Identity> {
+            before
+                .iter()
+                .zip(after)
+                .filter(|(b, a)| b.1 != a.1)
+                .map(|(b, _)| b.0)
+                .collect()
+        };
+        assert_eq!(changed(&query), [Identity::Query]);
+        assert_eq!(changed(&maintenance), [Identity::Maintenance]);
+        assert_eq!(names(&cluster("lake-query", "lake-maintenance")), before);
+    }
 }

@@ -33,6 +33,10 @@ use super::pod::{
 /// change rolls the pods.
 pub const CONFIG_HASH: &str = "lake.dev/config-hash";
 pub const IRSA_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
+/// The pod-template annotation naming the IAM role a workload runs as. A pod gets its role's
+/// credentials when it is admitted (from its ServiceAccount), so a changed role must roll the
+/// pods, or they go on as the old role.
+pub const ROLE_ANNOTATION: &str = "lake.dev/role-arn";
 
 /// One object to apply.
 // A handful per cluster, built once per reconcile: boxing would buy nothing.
@@ -199,6 +203,7 @@ fn deployment(
     cluster: &ValidatedCluster,
     role: Role,
     config_hash: &str,
+    role_arn: Option<&str>,
     image: &str,
     replicas: i32,
     resources: Option<ResourceRequirements>,
@@ -237,10 +242,15 @@ fn deployment(
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels),
-                    annotations: Some(BTreeMap::from([(
-                        CONFIG_HASH.into(),
-                        config_hash.to_owned(),
-                    )])),
+                    annotations: Some(
+                        [
+                            (CONFIG_HASH, Some(config_hash)),
+                            (ROLE_ANNOTATION, role_arn),
+                        ]
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+                        .collect(),
+                    ),
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
@@ -328,7 +338,8 @@ pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Objec
             ..Default::default()
         }));
         let mut sa_meta = meta(cluster, role);
-        if let Some(policy) = policies.iter().find(|p| p.role == role.into()) {
+        let policy = policies.iter().find(|p| p.role == role.into());
+        if let Some(policy) = policy {
             sa_meta.annotations = Some(BTreeMap::from([(
                 IRSA_ANNOTATION.into(),
                 policy.role_arn.clone(),
@@ -351,7 +362,13 @@ pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Objec
             ),
         };
         objects.push(Object::Deployment(deployment(
-            cluster, role, &hash, image, replicas, resources,
+            cluster,
+            role,
+            &hash,
+            policy.map(|p| p.role_arn.as_str()),
+            image,
+            replicas,
+            resources,
         )));
         objects.push(Object::Service(service(
             cluster,
@@ -392,5 +409,46 @@ pub fn rollouts(cluster: &ValidatedCluster) -> Vec<Rollout> {
             .into_iter()
             .map(|role| Rollout::Deployment(workload_name(cluster, role)))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template_annotations(query_role: &str) -> Vec<(String, BTreeMap<String, String>)> {
+        let cluster = crate::validate::fixture::cloud(
+            &format!("queryRole: {query_role}, metadataRole: lake-metadata"),
+            "",
+        );
+        let plan = crate::plan::plan(&cluster, &Default::default());
+        plan.objects
+            .into_iter()
+            .filter_map(|o| match o {
+                Object::Deployment(d) => Some((
+                    d.metadata.name.unwrap(),
+                    d.spec.template.metadata.unwrap().annotations.unwrap(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Pods get their role's credentials when admitted: a new role rolls its Deployment (and
+    /// only that one), though the configuration is the same.
+    #[test]
+    fn a_changed_role_rolls_its_pods() {
+        let before = template_annotations("lake-query");
+        let after = template_annotations("lake-query-2");
+        assert_eq!(before.len(), 2);
+        for ((name, b), (_, a)) in before.iter().zip(&after) {
+            assert_eq!(b[CONFIG_HASH], a[CONFIG_HASH], "{name}");
+            assert_eq!(name.ends_with("-query"), b != a, "{name}: {b:?} → {a:?}");
+        }
+        let query = &after.iter().find(|(n, _)| n.ends_with("-query")).unwrap().1;
+        assert!(
+            query[ROLE_ANNOTATION].ends_with(":role/lake-query-2"),
+            "{query:?}"
+        );
     }
 }

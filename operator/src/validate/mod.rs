@@ -16,6 +16,28 @@ mod names;
 #[cfg(test)]
 mod tests;
 
+/// Clusters for the tests of the modules that take a validated one.
+#[cfg(test)]
+pub(crate) mod fixture {
+    /// Cluster `analytics` in namespace `data` on S3 (bucket `acme-lake`, prefix `wh`), with
+    /// `spec.iam` = `{iam}` and `extra` (spec lines) after the rest.
+    pub(crate) fn cloud(iam: &str, extra: &str) -> super::ValidatedCluster {
+        let yaml = format!(
+            r#"
+apiVersion: lake.dev/v1alpha1
+kind: LakeCluster
+metadata: {{name: analytics, namespace: data}}
+spec:
+  storage: {{s3: {{bucket: acme-lake, prefix: wh, region: eu-west-1}}}}
+  iam: {{{iam}}}
+  query: {{image: lake:1}}
+  metadata: {{image: lake:1}}
+{extra}"#
+        );
+        super::validate(&serde_yaml::from_str(&yaml).unwrap()).unwrap()
+    }
+}
+
 use local::check_local;
 pub use maintenance::MaintenanceJob;
 use maintenance::check_maintenance;
@@ -119,6 +141,16 @@ impl IamRoles {
                 .map(|r| ("spec.iam.maintenanceRole", r)),
         );
         roles
+    }
+
+    /// The role `identity` runs as, as the spec names it.
+    pub fn role(&self, identity: crate::plan::iam::Identity) -> Option<&str> {
+        use crate::plan::iam::Identity;
+        match identity {
+            Identity::Query => Some(&self.query_role),
+            Identity::Metadata => Some(&self.metadata_role),
+            Identity::Maintenance => self.maintenance_role.as_deref(),
+        }
     }
 }
 

@@ -191,10 +191,14 @@ async fn legacy_lake(datasets: usize, versions: usize, history: usize) -> Legacy
 
 /// A cluster on `legacy`'s warehouse migrating from its table.
 async fn migrating(legacy: &Legacy, approval: &str) -> Harness {
-    let name = unique("dst");
-    create_roles(&name).await;
+    migrating_as(&unique("dst"), legacy, approval).await
+}
+
+/// [`migrating`], as the cluster `name` (whose tables a test may have made first).
+async fn migrating_as(name: &str, legacy: &Legacy, approval: &str) -> Harness {
+    create_roles(name).await;
     let mut cluster = cluster_yaml(
-        &name,
+        name,
         &format!(
             "  migration:\n    sourceTable: {}\n    approval: {approval}\n",
             legacy.table

@@ -7,6 +7,7 @@ use lance::index::DatasetIndexExt;
 use lance_index::optimize::OptimizeOptions;
 
 use super::{Engine, EngineError, TableRef, WriteEngine};
+use crate::manifest::Renewed;
 
 /// A version and when it was committed (milliseconds since the Unix epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,9 +181,13 @@ impl WriteEngine {
     /// interleave with it. Only versions committed before the first one kept are removed (by
     /// number *and* commit time), so a table created again under the name since the versions
     /// were listed keeps every version. Only rows of versions removed here are deleted.
+    ///
+    /// Across processes, `lease` (the table's) keeps a `DROP TABLE` out: it is checked before
+    /// files are removed and before rows are.
     pub async fn remove_versions(
         &self,
         table: &TableRef,
+        lease: &Renewed,
         decide: impl FnOnce(&[VersionTime]) -> Option<u64>,
     ) -> Result<Removal, EngineError> {
         let _guard = self.lock(table).await;
@@ -220,6 +225,7 @@ impl WriteEngine {
             error_if_tagged_old_versions: true,
             ..Default::default()
         };
+        lease.check().map_err(|e| EngineError::lease(table, e))?;
         let stats = dataset
             .cleanup(policy)
             .execute()
@@ -249,6 +255,7 @@ impl WriteEngine {
             .into_iter()
             .filter(|v| !still_listed.contains(v))
             .collect();
+        lease.check().map_err(|e| EngineError::lease(table, e))?;
         removal.manifest_rows_removed = self
             .manifests
             .delete_versions(&self.engine.warehouse.manifest_base_uri(table), &removed)

@@ -22,7 +22,7 @@ use lance_table::io::commit::external_manifest::{
 };
 
 use crate::catalog::{NamespaceName, TableName};
-use crate::manifest::{ManifestStore, ReadOnlyManifestStore};
+use crate::manifest::{Lease, LeaseError, LeaseOf, ManifestStore, ReadOnlyManifestStore, Renewed};
 use crate::store::StoreError;
 
 pub use maintain::{Compaction, Removal, VersionTime, is_conflict};
@@ -57,6 +57,21 @@ pub enum EngineError {
     Listing(#[source] object_store::Error),
     #[error("removing the files of {table}: {detail}")]
     Remove { table: TableRef, detail: String },
+    /// Another process held the table's lease (a maintenance pass working on it, another DROP)
+    /// longer than a `DROP TABLE` waits.
+    #[error("table {table} is busy: {source}; try again")]
+    Busy {
+        table: TableRef,
+        #[source]
+        source: Box<LeaseError>,
+    },
+    /// The table's lease could not be taken or kept (a store error, a malformed or lost row).
+    #[error("table {table}: {source}")]
+    Lease {
+        table: TableRef,
+        #[source]
+        source: Box<LeaseError>,
+    },
     #[error("deleting the manifest rows of {table}: {source}")]
     Manifests {
         table: TableRef,
@@ -65,11 +80,31 @@ pub enum EngineError {
     },
 }
 
+impl EngineError {
+    /// A table's lease not taken (held by another: [`EngineError::Busy`]) or not kept.
+    pub fn lease(table: &TableRef, source: LeaseError) -> Self {
+        let table = table.clone();
+        match source {
+            source @ LeaseError::Held { .. } => EngineError::Busy {
+                table,
+                source: Box::new(source),
+            },
+            source => EngineError::Lease {
+                table,
+                source: Box::new(source),
+            },
+        }
+    }
+}
+
 /// How long, and how often, an append retries against commits of *other* processes (pylance,
 /// another metadata replica during a rollout). Lance's default, 30 s, is too short for a busy
 /// table on a slow store; in-process commits never contend (see [`WriteEngine`]).
 const COMMIT_RETRY_TIMEOUT: Duration = Duration::from_secs(300);
 const COMMIT_MAX_RETRIES: u32 = 200;
+
+/// How long a `DROP TABLE` waits for a maintenance pass working on the table.
+pub const DROP_WAIT: Duration = Duration::from_secs(30);
 
 /// How often a delete is found and committed again after losing to a rewrite of its
 /// fragments (see [`WriteEngine::delete`]).
@@ -337,13 +372,31 @@ impl WriteEngine {
         }
     }
 
-    /// Takes the maintenance lease of this warehouse's manifest store for `ttl`.
+    /// Takes the maintenance lease of this warehouse's manifest store for `ttl`, if it is free.
     pub async fn maintenance_lease(
         &self,
         holder: String,
-        ttl: std::time::Duration,
-    ) -> Result<crate::manifest::Lease, crate::manifest::LeaseError> {
-        self.manifests.maintenance_lease(holder, ttl).await
+        ttl: Duration,
+    ) -> Result<Lease, LeaseError> {
+        self.manifests
+            .lease(LeaseOf::Pass, holder, ttl, Duration::ZERO)
+            .await
+    }
+
+    /// Takes `table`'s lease for `ttl`, waiting at most `wait` while another holds it: a
+    /// maintenance pass holds it while it works on the table, and a `DROP TABLE` while it drops.
+    pub async fn table_lease(
+        &self,
+        table: &TableRef,
+        holder: String,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease, LeaseError> {
+        let of = LeaseOf::Table {
+            base_uri: self.engine.warehouse.manifest_base_uri(table),
+            table: table.to_string(),
+        };
+        self.manifests.lease(of, holder, ttl, wait).await
     }
 
     /// Holds the table's in-process commit lock until the guard drops.
@@ -549,9 +602,31 @@ impl WriteEngine {
 
     /// Removes a table's files and every one of its manifest rows (Lance itself never deletes
     /// rows, and stale rows would block re-creating the table). Idempotent.
+    ///
+    /// It holds the table's lease meanwhile, waiting up to [`DROP_WAIT`] for a maintenance pass
+    /// working on the table: a pass that read the table before a `DROP` and removed files or
+    /// rows after a `CREATE` of the same name would remove the new table's (its manifests have
+    /// the same names).
     pub async fn drop_table(&self, table: &TableRef) -> Result<usize, EngineError> {
+        let holder = format!("DROP TABLE {table} ({})", crate::manifest::holder());
+        // The lease before the in-process lock, as a pass takes them: neither waits for the
+        // other while holding what it needs.
+        let lease = self
+            .table_lease(table, holder, crate::manifest::LEASE_TTL, DROP_WAIT)
+            .await
+            .map_err(|e| EngineError::lease(table, e))?
+            .keep_renewed();
+        let dropped = self.drop_held(table, &lease).await;
+        lease.release().await;
+        dropped
+    }
+
+    async fn drop_held(&self, table: &TableRef, lease: &Renewed) -> Result<usize, EngineError> {
         let _guard = self.lock(table).await;
         self.engine.warehouse.remove(table).await?;
+        // Lost while the files went (renewals failing for minutes): a pass may be on the table
+        // now, and its commit would land after the rows went. DROP again (it is idempotent).
+        lease.check().map_err(|e| EngineError::lease(table, e))?;
         let removed = self
             .manifests
             .delete_all(&self.engine.warehouse.manifest_base_uri(table))

@@ -38,6 +38,15 @@ pub(super) fn engine(e: EngineError) -> Status {
     }
     match e {
         EngineError::Deadline { .. } => Status::deadline_exceeded(e.to_string()),
+        // Held by a maintenance pass for now: the same statement succeeds later.
+        EngineError::Busy { .. } => Status::unavailable(e.to_string()),
+        // Its text names the lease's row, which for a local lake holds a server path.
+        EngineError::Lease { table, source } => {
+            tracing::error!(%table, error = %source, "a table's lease could not be taken or kept");
+            Status::internal(format!(
+                "table {table}: its lease could not be taken or kept (the metadata log says why)"
+            ))
+        }
         EngineError::NotFound(t) => Status::not_found(format!("table {t} does not exist")),
         EngineError::AlreadyExists(t) => {
             Status::already_exists(format!("table {t} already exists"))

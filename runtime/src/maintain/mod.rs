@@ -21,11 +21,8 @@ pub use retention::{Retention, cutoff};
 pub use summary::{Outcome, PassSummary, TableSummary};
 
 use crate::engine::{EngineError, TableRef, WriteEngine, is_conflict};
-use crate::manifest::LeaseError;
-
-/// How long a pass holds the lease without renewing it: a pass killed mid-way (its pod
-/// evicted) blocks the next one at most this long.
-pub const LEASE_TTL: Duration = Duration::from_secs(300);
+pub use crate::manifest::LEASE_TTL;
+use crate::manifest::{LeaseError, Renewed, holder};
 
 /// Why a pass did not run to its end (a table that fails is in the summary, not here).
 #[derive(Debug, thiserror::Error)]
@@ -34,12 +31,6 @@ pub enum PassError {
     Listing(#[source] EngineError),
     #[error(transparent)]
     Lease(#[from] LeaseError),
-}
-
-/// Who holds the lease: the pod (its host name) and the process.
-fn holder() -> String {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "a host".into());
-    format!("{host}, pid {}, at {}", std::process::id(), now_ms())
 }
 
 /// What one pass does.
@@ -76,55 +67,70 @@ pub const DEFAULT_INDEX_UNINDEXED_ROWS: u64 = 100_000;
 
 /// One pass over every table of `engine`'s warehouse.
 pub async fn run(engine: &WriteEngine, options: Options) -> Result<PassSummary, PassError> {
-    let lease = engine.maintenance_lease(holder(), LEASE_TTL).await?;
-    let every = lease.renew_every();
-    let lease = std::sync::Arc::new(tokio::sync::Mutex::new(lease));
+    run_observed(engine, options, &|_| {}).await
+}
+
+/// [`run`], calling `on_table` as the work on each table starts (its lease held).
+pub async fn run_observed(
+    engine: &WriteEngine,
+    options: Options,
+    on_table: &(dyn Fn(&TableRef) + Send + Sync),
+) -> Result<PassSummary, PassError> {
+    let holder = holder();
     // Renewed in the background, so a long table does not let it lapse; a lost lease stops the
     // pass before its next table.
-    let (lost_tx, lost) = tokio::sync::watch::channel(false);
-    let renewing = {
-        let lease = lease.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                match lease.lock().await.renew().await {
-                    Ok(()) => {}
-                    Err(LeaseError::Lost) => {
-                        let _ = lost_tx.send(true);
-                        return;
-                    }
-                    // A store error: tried again at the next renewal, within the lease's time.
-                    Err(e) => tracing::warn!(error = %e, "the maintenance lease was not renewed"),
-                }
-            }
-        })
-    };
-    let result = pass(engine, options, &lost).await;
-    renewing.abort();
-    let _ = renewing.await;
-    // The renewal task is gone: the lease is this function's alone again.
-    if let Ok(lease) = std::sync::Arc::try_unwrap(lease)
-        && !*lost.borrow()
-        && let Err(e) = lease.into_inner().release().await
-    {
-        tracing::warn!(error = %e, "the maintenance lease was not released; it expires unrenewed");
-    }
+    let lease = engine
+        .maintenance_lease(holder.clone(), LEASE_TTL)
+        .await?
+        .keep_renewed();
+    let result = pass(engine, options, &holder, &lease, on_table).await;
+    lease.release().await;
     result
 }
 
 async fn pass(
     engine: &WriteEngine,
     options: Options,
-    lost: &tokio::sync::watch::Receiver<bool>,
+    holder: &str,
+    lease: &Renewed,
+    on_table: &(dyn Fn(&TableRef) + Send + Sync),
 ) -> Result<PassSummary, PassError> {
     let tables = engine.list_tables().await.map_err(PassError::Listing)?;
     let mut summary = PassSummary::default();
     for table in tables {
-        if *lost.borrow() {
-            return Err(LeaseError::Lost.into());
+        if lease.is_lost() {
+            return Err(lease.lost().into());
         }
         tracing::info!(%table, "maintaining the table");
-        let done = maintain_table(engine, &table, options).await;
+        // The table's own lease, so a DROP TABLE of it waits until the table is done (and a
+        // table being dropped waits for the next pass).
+        let done = match engine
+            .table_lease(
+                &table,
+                format!("a maintenance pass ({holder})"),
+                LEASE_TTL,
+                Duration::ZERO,
+            )
+            .await
+        {
+            Ok(table_lease) => {
+                let table_lease = table_lease.keep_renewed();
+                on_table(&table);
+                let done = maintain_table(engine, &table, options, &table_lease).await;
+                table_lease.release().await;
+                done
+            }
+            Err(e @ LeaseError::Held { .. }) => {
+                let mut busy = TableSummary::new(table.clone());
+                busy.outcome = Outcome::Busy(e.to_string());
+                busy
+            }
+            Err(e) => {
+                let mut failed = TableSummary::new(table.clone());
+                failed.outcome = Outcome::Failed(e.to_string());
+                failed
+            }
+        };
         tracing::info!(%table, outcome = %done, "maintained");
         summary.tables.push(done);
     }
@@ -137,13 +143,20 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// One table: compaction, index upkeep, then removal of the versions outside the retention.
-pub async fn maintain_table(
+/// One table, under its lease: compaction, index upkeep, then removal of the versions outside
+/// the retention. Each step starts only while the lease is surely held: a `DROP TABLE` (and a
+/// `CREATE` after it) may follow the moment it lapses.
+async fn maintain_table(
     engine: &WriteEngine,
     table: &TableRef,
     options: Options,
+    lease: &Renewed,
 ) -> TableSummary {
     let mut done = TableSummary::new(table.clone());
+    let lost = |mut done: TableSummary, e: LeaseError| {
+        done.outcome = Outcome::Failed(format!("{e}; the next pass goes on"));
+        done
+    };
     match engine.auto_cleanup_keys(table).await {
         Ok(keys) if keys.is_empty() => {}
         Ok(keys) => {
@@ -157,6 +170,9 @@ pub async fn maintain_table(
         }
         Err(e) => return failed_or_gone(done, e),
     }
+    if let Err(e) = lease.check() {
+        return lost(done, e);
+    }
     match engine
         .compact_fragments(table, options.target_rows_per_fragment)
         .await
@@ -167,6 +183,9 @@ pub async fn maintain_table(
             done.outcome = Outcome::CompactionSkipped(e.to_string());
         }
         Err(e) => return failed_or_gone(done, e),
+    }
+    if let Err(e) = lease.check() {
+        return lost(done, e);
     }
     match engine
         .optimize_indices(table, options.index_unindexed_rows)
@@ -181,7 +200,7 @@ pub async fn maintain_table(
     let mut listed = 0;
     let now = now_ms();
     let removal = engine
-        .remove_versions(table, |versions| {
+        .remove_versions(table, lease, |versions| {
             listed = versions.len();
             cutoff(versions, now, options.retention)
         })

@@ -13,6 +13,9 @@ pub enum Outcome {
     CompactionSkipped(String),
     /// Dropped while the pass ran.
     Gone,
+    /// Another process held the table's lease (a `DROP TABLE` of it): the next pass maintains
+    /// it, if it is still there.
+    Busy(String),
     Failed(String),
 }
 
@@ -49,6 +52,7 @@ impl fmt::Display for Outcome {
                 write!(f, "compaction skipped (a concurrent write won: {why})")
             }
             Outcome::Gone => write!(f, "dropped during the pass"),
+            Outcome::Busy(why) => write!(f, "skipped ({why})"),
             Outcome::Failed(why) => write!(f, "FAILED: {why}"),
         }
     }

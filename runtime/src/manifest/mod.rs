@@ -5,6 +5,8 @@ mod lease;
 mod marker;
 mod store;
 
-pub use lease::{LEASE_PARTITION, Lease, LeaseError};
+pub use lease::{
+    LEASE_PARTITION, LEASE_TTL, Lease, LeaseError, LeaseOf, Renewed, TABLE_LEASE_PREFIX, holder,
+};
 pub use marker::{AuthorityError, load_marker, marker_item, verify_marker};
 pub use store::{ManifestStore, ReadOnlyManifestStore, ReadOnlyViolation};

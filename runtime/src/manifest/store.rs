@@ -97,11 +97,14 @@ impl ManifestStore {
     /// Deletes every manifest row of a dataset, page by page, returning how many there were.
     /// Lance never deletes rows; stale rows would block recreating a table at the same path.
     pub async fn delete_all(&self, base_uri: &str) -> Result<usize, StoreError> {
-        if base_uri == Authority::Manifests.marker_key().hash || base_uri == super::LEASE_PARTITION
+        // The authority marker's and the leases' partitions are no dataset's.
+        if base_uri == Authority::Manifests.marker_key().hash
+            || base_uri == super::LEASE_PARTITION
+            || base_uri.starts_with(super::TABLE_LEASE_PREFIX)
         {
             return Err(StoreError::Backend {
                 store: self.kv.describe().to_owned(),
-                source: "refusing to delete the authority marker's or the lease's partition".into(),
+                source: format!("refusing to delete lake's own partition {base_uri:?}").into(),
             });
         }
         let mut deleted = 0;
@@ -124,13 +127,16 @@ impl ManifestStore {
         }
     }
 
-    /// Takes the maintenance lease (a row of this table) for `ttl`.
-    pub async fn maintenance_lease(
+    /// Takes the lease `of` (a row of this table) for `ttl`, waiting at most `wait` while
+    /// another holds it.
+    pub async fn lease(
         &self,
+        of: super::LeaseOf,
         holder: String,
         ttl: std::time::Duration,
+        wait: std::time::Duration,
     ) -> Result<super::Lease, super::LeaseError> {
-        super::Lease::acquire(self.kv.clone(), holder, ttl).await
+        super::Lease::acquire_waiting(self.kv.clone(), of, holder, ttl, wait).await
     }
 
     /// Deletes the rows of `versions` of a dataset (versions maintenance removed), never its
@@ -340,5 +346,40 @@ impl ExternalManifestStore for ReadOnlyManifestStore {
         _identity: &str,
     ) -> lance::Result<()> {
         Err(Self::refuse("forget_version", base_uri))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{Lease, LeaseOf};
+    use crate::store::EmbeddedStore;
+
+    /// Dropping a dataset deletes its partition's rows; lake's own partitions (the marker's, the
+    /// leases') are no dataset's, and are refused whatever asks.
+    #[tokio::test]
+    async fn lakes_own_partitions_are_never_deleted_as_a_dataset() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv: Arc<dyn MetaStore> =
+            Arc::new(EmbeddedStore::open(&dir.path().join("m.redb"), true).unwrap());
+        let store = ManifestStore::new(kv.clone());
+        let ttl = std::time::Duration::from_secs(60);
+        let of = LeaseOf::Table {
+            base_uri: "wh/b/t.lance".into(),
+            table: "b.t".into(),
+        };
+        let lease = Lease::acquire(kv.clone(), of, "a pass".into(), ttl)
+            .await
+            .unwrap();
+        for partition in [
+            "__lake__/authority",
+            crate::manifest::LEASE_PARTITION,
+            "__lake__/table-lease/wh/b/t.lance",
+        ] {
+            let refused = store.delete_all(partition).await.unwrap_err().to_string();
+            assert!(refused.contains("refusing"), "{partition}: {refused}");
+        }
+        // The lease is still there, still its holder's.
+        lease.release().await.unwrap();
     }
 }

@@ -272,7 +272,8 @@ async fn maintenance_erases_deleted_rows() {
         .dump_manifest_table()
         .await
         .into_iter()
-        .filter(|row| row.contains("people/contacts.lance"))
+        // The table's rows, not its lease's (partition `__lake__/table-lease/<base URI>`).
+        .filter(|row| row.contains("people/contacts.lance") && !row.contains("__lake__/"))
         .collect();
     assert_eq!(
         rows.len(),
@@ -885,7 +886,8 @@ fn maintenance_passes_never_overlap() {
     let said = lake_testkit::output_text(&out);
     assert!(out.status.success(), "{said}");
     assert!(
-        said.contains("maintenance: skipped: another maintenance pass holds the lease")
+        said.contains("maintenance: skipped: another maintenance pass (")
+            && said.contains(") holds the maintenance lease for ")
             && said.contains(&holder)
             && !said.contains("people.contacts"),
         "{said}"
@@ -898,4 +900,107 @@ fn maintenance_passes_never_overlap() {
     // The pass let the lease go: the next one runs at once.
     let again = runtime.block_on(maintain::run(metadata.engine(), eager()));
     assert!(again.is_ok(), "{again:?}");
+}
+
+/// A pass working on a table and a `DROP TABLE` of it take turns (the table's lease), so a pass
+/// never removes files or manifest rows of a table created again under the same name (its
+/// manifests have the same names): a DROP waits while a pass holds the table and goes ahead
+/// once it is let go; a pass skips a table being dropped, naming the DROP, and maintains the
+/// others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn maintenance_and_a_drop_of_its_table_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let metadata = Arc::new(local_metadata(dir.path()).await);
+    let (t, u) = (table("people", "contacts"), table("people", "others"));
+    let latest = write_then_delete(&metadata, &t, "turns").await;
+    write_then_delete(&metadata, &u, "turns").await;
+    // A pass, stopped (by its observer) while it works on t.
+    let (in_t, pass_in_t) = std::sync::mpsc::channel();
+    let (go_on, go) = std::sync::mpsc::channel::<()>();
+    let go = std::sync::Mutex::new(go);
+    let pass = tokio::spawn({
+        let (metadata, t) = (metadata.clone(), t.clone());
+        async move {
+            let on_table = move |table: &TableRef| {
+                if table == &t {
+                    in_t.send(()).unwrap();
+                    go.lock().unwrap().recv().unwrap();
+                }
+            };
+            let summary = maintain::run_observed(metadata.engine(), eager(), &on_table).await;
+            (summary, std::time::Instant::now())
+        }
+    });
+    tokio::task::spawn_blocking(move || pass_in_t.recv().unwrap())
+        .await
+        .unwrap();
+    let dropping = tokio::spawn({
+        let (metadata, t) = (metadata.clone(), t.clone());
+        async move {
+            let dropped = metadata.drop_table(&t).await;
+            (dropped, std::time::Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !dropping.is_finished(),
+        "the DROP did not wait for the pass"
+    );
+    assert!(names_at(&metadata, &t, latest).await.is_some());
+    go_on.send(()).unwrap();
+    let (summary, pass_ended) = pass.await.unwrap();
+    let (dropped, drop_ended) = tokio::time::timeout(Duration::from_secs(20), dropping)
+        .await
+        .expect("the DROP went on waiting after the pass let the table go")
+        .unwrap();
+    dropped.unwrap();
+    assert!(drop_ended > pass_ended);
+    assert_eq!(summary.unwrap().failed(), 0);
+    assert!(metadata.engine().open(&t, None).await.is_err());
+
+    // The other way round, on the table created again.
+    seed(&metadata, &t, &[0..10, 10..20]).await;
+    let ttl = Duration::from_secs(120);
+    let drop = metadata
+        .engine()
+        .table_lease(
+            &t,
+            "DROP TABLE people.contacts (the test)".into(),
+            ttl,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let summary = maintain::run(metadata.engine(), eager()).await.unwrap();
+    let outcome = |summary: &maintain::PassSummary, of: &TableRef| {
+        summary
+            .tables
+            .iter()
+            .find(|s| &s.table == of)
+            .unwrap()
+            .outcome
+            .clone()
+    };
+    let Outcome::Busy(why) = outcome(&summary, &t) else {
+        panic!("{summary:?}")
+    };
+    assert!(
+        why.contains("DROP TABLE people.contacts (the test)"),
+        "{why}"
+    );
+    assert_eq!(outcome(&summary, &u), Outcome::Done);
+    assert_eq!(summary.failed(), 0);
+    let fragments = || async {
+        metadata
+            .engine()
+            .open(&t, None)
+            .await
+            .unwrap()
+            .count_fragments()
+    };
+    assert_eq!(fragments().await, 2, "a table being dropped was compacted");
+    drop.release().await.unwrap();
+    let summary = maintain::run(metadata.engine(), eager()).await.unwrap();
+    assert_eq!(outcome(&summary, &t), Outcome::Done);
+    assert_eq!(fragments().await, 1);
 }

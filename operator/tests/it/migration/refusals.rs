@@ -89,7 +89,6 @@ async fn a_migration_into_tables_that_hold_data_never_starts() {
     use aws_sdk_dynamodb::types::ScalarAttributeType;
     let legacy = legacy_lake(1, 1, 0).await;
     let name = unique("inuse");
-    create_roles(&name).await;
     let registry = format!("{NS}.{name}-registry");
     super::super::reconcile::create_lake_table(&registry, "pk", ("sk", ScalarAttributeType::S))
         .await;
@@ -102,15 +101,7 @@ async fn a_migration_into_tables_that_hold_data_never_starts() {
         .send()
         .await
         .unwrap();
-    let mut cluster = cluster_yaml(
-        &name,
-        &format!(
-            "  migration:\n    sourceTable: {}\n    approval: Automatic\n",
-            legacy.table
-        ),
-    );
-    cluster.spec.storage.s3.as_mut().unwrap().bucket = legacy.bucket.clone();
-    let h = harness(cluster).await;
+    let h = migrating_as(&name, &legacy, "Automatic").await;
     h.reconcile().await;
     let status = migration(&h).await;
     assert_eq!(status.phase, MigrationPhase::Failed, "{status:?}");
@@ -126,6 +117,47 @@ async fn a_migration_into_tables_that_hold_data_never_starts() {
     let (manifests, _) = tables(&h);
     assert_eq!(content(&manifests).await.0, 0, "nothing was copied");
     assert_eq!(content(&registry).await.0, 1, "the live row is untouched");
+}
+
+/// The maintenance leases are lake's own rows, not data: a manifest table holding only them (a
+/// pass ran while the migration waited) does not stop a migration as "already holds data".
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_leases_are_not_data_to_a_migration() {
+    use aws_sdk_dynamodb::types::ScalarAttributeType;
+    let legacy = legacy_lake(1, 1, 0).await;
+    let name = unique("leased");
+    let manifests = format!("{NS}.{name}-manifests");
+    super::super::reconcile::create_lake_table(
+        &manifests,
+        "base_uri",
+        ("version", ScalarAttributeType::N),
+    )
+    .await;
+    for partition in [
+        "__lake__/maintenance-lease".to_owned(),
+        format!(
+            "__lake__/table-lease/{}/wh/people/contacts.lance",
+            legacy.bucket
+        ),
+    ] {
+        dynamodb()
+            .await
+            .put_item()
+            .table_name(&manifests)
+            .item("base_uri", AttributeValue::S(partition))
+            .item("version", AttributeValue::N("0".into()))
+            .item("holder", AttributeValue::S("a pass".into()))
+            .item("expires_ms", AttributeValue::N("0".into()))
+            .item("revision", AttributeValue::N("2".into()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let h = migrating_as(&name, &legacy, "Automatic").await;
+    h.reconcile().await;
+    let status = migration(&h).await;
+    assert_ne!(status.phase, MigrationPhase::Failed, "{status:?}");
+    assert_ne!(status.phase, MigrationPhase::Pending, "{status:?}");
 }
 
 /// A migration source is read with the operator's own rights: a namespace may name only the

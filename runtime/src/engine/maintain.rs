@@ -1,6 +1,7 @@
 //! The write engine's maintenance primitives: compaction, removal of old versions, and the
 //! manifest rows of removed versions. What to remove, and when, is `crate::maintain`'s decision.
 
+use futures::{StreamExt, TryStreamExt};
 use lance::dataset::cleanup::CleanupPolicy;
 use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::index::DatasetIndexExt;
@@ -171,6 +172,52 @@ impl WriteEngine {
         })
     }
 
+    /// The table's finished versions (a listing) with their commit times: from the manifest
+    /// rows, which say when they were written (one query), and for rows that do not say (those
+    /// of Lance's own writers) from the manifests, read a few at a time.
+    async fn version_times(
+        &self,
+        table: &TableRef,
+        dataset: &lance::Dataset,
+    ) -> Result<Vec<VersionTime>, EngineError> {
+        let finished = dataset
+            .version_refs()
+            .await
+            .map_err(Engine::lance_err("list versions of", table))?;
+        let rows: std::collections::HashMap<u64, Option<i64>> = self
+            .manifests
+            .committed_times(&self.engine.warehouse.manifest_base_uri(table))
+            .await
+            .map_err(|source| EngineError::Manifests {
+                table: table.clone(),
+                source,
+            })?
+            .into_iter()
+            .collect();
+        let rows = &rows;
+        let times = futures::stream::iter(finished.into_iter().map(|v| v.version))
+            .map(|version| async move {
+                let committed_ms = match rows.get(&version).copied().flatten() {
+                    Some(ms) => ms,
+                    None => dataset
+                        .checkout_version(version)
+                        .await
+                        .map_err(Engine::lance_err("read a version of", table))?
+                        .version()
+                        .timestamp
+                        .timestamp_millis(),
+                };
+                Ok::<_, EngineError>(VersionTime {
+                    version,
+                    committed_ms,
+                })
+            })
+            .buffered(8)
+            .try_collect()
+            .await?;
+        Ok(times)
+    }
+
     /// Removes the versions `decide` picks from the table's versions (it returns the first
     /// version to keep; never past the latest), the files only they reference, and their
     /// manifest rows. Never the latest version, never a tagged one (a tag on a version to remove
@@ -192,35 +239,32 @@ impl WriteEngine {
     ) -> Result<Removal, EngineError> {
         let _guard = self.lock(table).await;
         let dataset = self.engine.open(table, None).await?;
-        let listed = dataset
-            .versions()
-            .await
-            .map_err(Engine::lance_err("list versions of", table))?;
-        let times: Vec<VersionTime> = listed
-            .iter()
-            .map(|v| VersionTime {
-                version: v.version,
-                committed_ms: v.timestamp.timestamp_millis(),
-            })
-            .collect();
+        let listed = self.version_times(table, &dataset).await?;
         let latest = dataset.version().version;
-        let Some(cutoff) = decide(&times).map(|c| c.min(latest)) else {
+        let Some(cutoff) = decide(&listed).map(|c| c.min(latest)) else {
             return Ok(Removal::default());
         };
-        let Some(first_kept) = listed.iter().find(|v| v.version >= cutoff) else {
+        let Some(first_kept) = listed.iter().find(|v| v.version >= cutoff).copied() else {
             return Ok(Removal::default());
         };
         let doomed: Vec<u64> = listed
             .iter()
-            .filter(|v| v.version < cutoff && v.timestamp < first_kept.timestamp)
+            .filter(|v| v.version < cutoff && v.committed_ms < first_kept.committed_ms)
             .map(|v| v.version)
             .collect();
         if doomed.is_empty() {
             return Ok(Removal::default());
         }
+        // Lance checks each manifest against this again, by the manifests' own commit times.
+        let first_kept_at = dataset
+            .checkout_version(first_kept.version)
+            .await
+            .map_err(Engine::lance_err("read a version of", table))?
+            .version()
+            .timestamp;
         let policy = CleanupPolicy {
             before_version: Some(cutoff),
-            before_timestamp: Some(first_kept.timestamp),
+            before_timestamp: Some(first_kept_at),
             versions: Some(doomed.iter().copied().collect()),
             error_if_tagged_old_versions: true,
             ..Default::default()

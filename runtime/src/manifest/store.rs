@@ -14,6 +14,10 @@ use crate::store::{
 
 /// Who wrote a row, in Lance's `committer` attribute.
 const COMMITTER: &str = "lake-metadata";
+/// When a row was written (ms since the epoch): a version's commit time, or a little after it,
+/// so maintenance knows versions' ages without reading every manifest. Lance's own stores do
+/// not write it.
+const COMMITTED_ATTR: &str = "committed_ms";
 /// Rows deleted per round when a dataset is dropped.
 const DEFAULT_PAGE_SIZE: usize = 500;
 
@@ -164,8 +168,28 @@ impl ManifestStore {
         Ok(ops.len())
     }
 
+    /// Every version row of a dataset with the time it was written, if it says (rows of Lance's
+    /// own writers do not), oldest first.
+    pub async fn committed_times(
+        &self,
+        base_uri: &str,
+    ) -> Result<Vec<(u64, Option<i64>)>, StoreError> {
+        let rows = crate::store::query_all(self.kv.as_ref(), base_uri, self.page_size).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| match row.key.sort {
+                SortKey::N(version) if version >= 1 => Some((version, row.number(COMMITTED_ATTR))),
+                _ => None,
+            })
+            .collect())
+    }
+
     fn row(base_uri: &str, version: u64, path: &str, size: u64) -> Item {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         Item::new(row_key(base_uri, version))
+            .with(COMMITTED_ATTR, Value::N(now))
             .with(MANIFEST_PATH_ATTR, Value::S(path.to_owned()))
             .with(MANIFEST_COMMITTER_ATTR, Value::S(COMMITTER.to_owned()))
             .with(

@@ -1004,3 +1004,72 @@ async fn maintenance_and_a_drop_of_its_table_take_turns() {
     assert_eq!(outcome(&summary, &t), Outcome::Done);
     assert_eq!(fragments().await, 1);
 }
+
+/// A version's age comes from its manifest row (the time lake wrote it: one query for all of
+/// them) and, for rows that do not say (Lance's own writers write none), from the manifest:
+/// young versions whose rows say nothing stay under a retention of an hour; versions whose
+/// rows say they are two days old go.
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_ages_versions_by_their_rows_or_their_manifests() {
+    use lake_runtime::store::{Condition, DynamoStore, MetaStore, Value};
+    let lake = CloudLake::new().await;
+    let metadata = lake.metadata().await;
+    let t = table("people", "aged");
+    seed(&metadata, &t, &[0..10, 10..20, 20..30, 30..40]).await;
+    let kv = DynamoStore::new(
+        lake.aws.dynamodb(),
+        &lake.manifest_table(),
+        lake_common::schema::Authority::Manifests.key_schema(),
+    );
+    let base_uri = metadata.engine().warehouse().manifest_base_uri(&t);
+    let rewrite = |committed: Option<i64>| {
+        let kv = &kv;
+        let base_uri = &base_uri;
+        async move {
+            for mut row in query_all(kv, base_uri, 100).await.unwrap() {
+                let SortKey::N(version) = row.key.sort else {
+                    continue;
+                };
+                match committed {
+                    // A millisecond apart, in commit order.
+                    Some(ms) => row
+                        .attributes
+                        .insert("committed_ms".into(), Value::N(ms + version as i64)),
+                    None => row.attributes.remove("committed_ms"),
+                };
+                kv.put(&row, Condition::Always).await.unwrap();
+            }
+        }
+    };
+    let hour = Duration::from_secs(3600);
+    rewrite(None).await;
+    let summary = maintain::run(metadata.engine(), with_retention(hour, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(
+        summary.tables[0].removal.versions_removed, 0,
+        "{}",
+        summary.tables[0]
+    );
+    let two_days_ago = lake_runtime_now_ms() - 2 * 24 * 3600 * 1000;
+    rewrite(Some(two_days_ago)).await;
+    let summary = maintain::run(metadata.engine(), with_retention(hour, Duration::ZERO))
+        .await
+        .unwrap();
+    // Every version but the latest (the first pass compacted: one more).
+    let done = &summary.tables[0];
+    assert_eq!(done.versions_before, 6, "{done}");
+    assert_eq!(done.removal.versions_removed, 5, "{done}");
+    assert_eq!(done.removal.manifest_rows_removed, 5, "{done}");
+    assert_eq!(
+        crate::support::ids(&metadata.engine().open(&t, None).await.unwrap()).await,
+        (0..40).collect::<Vec<_>>()
+    );
+}
+
+fn lake_runtime_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}

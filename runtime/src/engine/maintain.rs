@@ -1,7 +1,6 @@
 //! The write engine's maintenance primitives: compaction, removal of old versions, and the
 //! manifest rows of removed versions. What to remove, and when, is `crate::maintain`'s decision.
 
-use futures::{StreamExt, TryStreamExt};
 use lance::dataset::cleanup::CleanupPolicy;
 use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::index::DatasetIndexExt;
@@ -194,27 +193,35 @@ impl WriteEngine {
             })?
             .into_iter()
             .collect();
-        let rows = &rows;
-        let times = futures::stream::iter(finished.into_iter().map(|v| v.version))
-            .map(|version| async move {
-                let committed_ms = match rows.get(&version).copied().flatten() {
-                    Some(ms) => ms,
-                    None => dataset
-                        .checkout_version(version)
-                        .await
-                        .map_err(Engine::lance_err("read a version of", table))?
-                        .version()
-                        .timestamp
-                        .timestamp_millis(),
-                };
-                Ok::<_, EngineError>(VersionTime {
-                    version,
+        let mut times: Vec<VersionTime> = finished
+            .iter()
+            .filter_map(|v| {
+                let committed_ms = rows.get(&v.version).copied().flatten()?;
+                Some(VersionTime {
+                    version: v.version,
                     committed_ms,
                 })
             })
-            .buffered(8)
-            .try_collect()
-            .await?;
+            .collect();
+        if times.len() < finished.len() {
+            // Some rows do not say (Lance's own writers', or none at all): every manifest is read,
+            // as Lance lists them (reading one through the commit handler would write a missing
+            // row, stamped now).
+            times = dataset
+                .versions()
+                .await
+                .map_err(Engine::lance_err("list versions of", table))?
+                .iter()
+                .map(|v| VersionTime {
+                    version: v.version,
+                    committed_ms: rows
+                        .get(&v.version)
+                        .copied()
+                        .flatten()
+                        .unwrap_or_else(|| v.timestamp.timestamp_millis()),
+                })
+                .collect();
+        }
         Ok(times)
     }
 
@@ -255,13 +262,19 @@ impl WriteEngine {
         if doomed.is_empty() {
             return Ok(Removal::default());
         }
-        // Lance checks each manifest against this again, by the manifests' own commit times.
+        // Lance checks each manifest against this again, by the manifests' own commit times. A
+        // row is written after its manifest: a manifest newer than its row is another table's
+        // (created again under the name since the listing) or a clock behind; nothing goes.
         let first_kept_at = dataset
             .checkout_version(first_kept.version)
             .await
             .map_err(Engine::lance_err("read a version of", table))?
             .version()
             .timestamp;
+        if first_kept_at.timestamp_millis() > first_kept.committed_ms {
+            tracing::warn!(%table, version = first_kept.version, "a manifest is newer than its row; no version removed");
+            return Ok(Removal::default());
+        }
         let policy = CleanupPolicy {
             before_version: Some(cutoff),
             before_timestamp: Some(first_kept_at),

@@ -14,9 +14,9 @@ use crate::store::{
 
 /// Who wrote a row, in Lance's `committer` attribute.
 const COMMITTER: &str = "lake-metadata";
-/// When a row was written (ms since the epoch): a version's commit time, or a little after it,
-/// so maintenance knows versions' ages without reading every manifest. Lance's own stores do
-/// not write it.
+/// When a row was written (ms since the epoch, the writer's clock; rewritten when the commit is
+/// finalised, by whoever finalises it): at or after its version's commit, so maintenance knows
+/// versions' ages without reading every manifest. Lance's own stores do not write it.
 const COMMITTED_ATTR: &str = "committed_ms";
 /// Rows deleted per round when a dataset is dropped.
 const DEFAULT_PAGE_SIZE: usize = 500;
@@ -185,12 +185,13 @@ impl ManifestStore {
     }
 
     fn row(base_uri: &str, version: u64, path: &str, size: u64) -> Item {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        Item::new(row_key(base_uri, version))
-            .with(COMMITTED_ATTR, Value::N(now))
-            .with(MANIFEST_PATH_ATTR, Value::S(path.to_owned()))
+        let mut row = Item::new(row_key(base_uri, version));
+        // A clock before 1970 writes no time (the version is aged by its manifest), never 0.
+        if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            let ms = i64::try_from(now.as_millis()).unwrap_or(i64::MAX);
+            row = row.with(COMMITTED_ATTR, Value::N(ms));
+        }
+        row.with(MANIFEST_PATH_ATTR, Value::S(path.to_owned()))
             .with(MANIFEST_COMMITTER_ATTR, Value::S(COMMITTER.to_owned()))
             .with(
                 MANIFEST_SIZE_ATTR,

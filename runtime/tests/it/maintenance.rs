@@ -1006,9 +1006,10 @@ async fn maintenance_and_a_drop_of_its_table_take_turns() {
 }
 
 /// A version's age comes from its manifest row (the time lake wrote it: one query for all of
-/// them) and, for rows that do not say (Lance's own writers write none), from the manifest:
-/// young versions whose rows say nothing stay under a retention of an hour; versions whose
-/// rows say they are two days old go.
+/// them) and, for rows that do not say (Lance's own writers write none), from its manifest:
+/// young versions whose rows say nothing stay under a retention of an hour and go under one of
+/// two seconds once three have passed; versions whose rows say they are young stay under the
+/// two seconds, though their manifests are older.
 #[tokio::test(flavor = "multi_thread")]
 async fn maintenance_ages_versions_by_their_rows_or_their_manifests() {
     use lake_runtime::store::{Condition, DynamoStore, MetaStore, Value};
@@ -1022,16 +1023,15 @@ async fn maintenance_ages_versions_by_their_rows_or_their_manifests() {
         lake_common::schema::Authority::Manifests.key_schema(),
     );
     let base_uri = metadata.engine().warehouse().manifest_base_uri(&t);
+    // Every row's time: none, or `ms` plus its version (a millisecond apart, in commit order).
     let rewrite = |committed: Option<i64>| {
-        let kv = &kv;
-        let base_uri = &base_uri;
+        let (kv, base_uri) = (&kv, &base_uri);
         async move {
             for mut row in query_all(kv, base_uri, 100).await.unwrap() {
                 let SortKey::N(version) = row.key.sort else {
                     continue;
                 };
                 match committed {
-                    // A millisecond apart, in commit order.
                     Some(ms) => row
                         .attributes
                         .insert("committed_ms".into(), Value::N(ms + version as i64)),
@@ -1041,29 +1041,43 @@ async fn maintenance_ages_versions_by_their_rows_or_their_manifests() {
             }
         }
     };
+    let pass = |keep: Duration| {
+        let metadata = &metadata;
+        async move {
+            let summary = maintain::run(metadata.engine(), with_retention(keep, Duration::ZERO))
+                .await
+                .unwrap();
+            summary.tables[0].clone()
+        }
+    };
     let hour = Duration::from_secs(3600);
     rewrite(None).await;
-    let summary = maintain::run(metadata.engine(), with_retention(hour, Duration::ZERO))
-        .await
-        .unwrap();
+    let done = pass(hour).await;
+    assert_eq!(done.removal.versions_removed, 0, "{done}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    rewrite(None).await;
+    let done = pass(Duration::from_secs(2)).await;
+    assert!(done.versions_before > 1, "{done}");
     assert_eq!(
-        summary.tables[0].removal.versions_removed, 0,
-        "{}",
-        summary.tables[0]
+        done.removal.versions_removed as usize,
+        done.versions_before - 1,
+        "{done}"
     );
-    let two_days_ago = lake_runtime_now_ms() - 2 * 24 * 3600 * 1000;
-    rewrite(Some(two_days_ago)).await;
-    let summary = maintain::run(metadata.engine(), with_retention(hour, Duration::ZERO))
-        .await
-        .unwrap();
-    // Every version but the latest (the first pass compacted: one more).
-    let done = &summary.tables[0];
-    assert_eq!(done.versions_before, 6, "{done}");
-    assert_eq!(done.removal.versions_removed, 5, "{done}");
-    assert_eq!(done.removal.manifest_rows_removed, 5, "{done}");
+    for ids in [40..45, 45..50, 50..55] {
+        metadata
+            .engine()
+            .append(&t, schema(), vec![crate::support::batch(ids)])
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    rewrite(Some(lake_runtime_now_ms())).await;
+    let done = pass(Duration::from_secs(2)).await;
+    assert!(done.versions_before > 1, "{done}");
+    assert_eq!(done.removal.versions_removed, 0, "{done}");
     assert_eq!(
         crate::support::ids(&metadata.engine().open(&t, None).await.unwrap()).await,
-        (0..40).collect::<Vec<_>>()
+        (0..55).collect::<Vec<_>>()
     );
 }
 

@@ -187,10 +187,7 @@ impl WriteEngine {
             .manifests
             .committed_times(&self.engine.warehouse.manifest_base_uri(table))
             .await
-            .map_err(|source| EngineError::Manifests {
-                table: table.clone(),
-                source,
-            })?
+            .map_err(EngineError::manifests(table))?
             .into_iter()
             .collect();
         let mut times: Vec<VersionTime> = finished
@@ -317,10 +314,7 @@ impl WriteEngine {
             .manifests
             .delete_versions(&self.engine.warehouse.manifest_base_uri(table), &removed)
             .await
-            .map_err(|source| EngineError::Manifests {
-                table: table.clone(),
-                source,
-            })? as u64;
+            .map_err(EngineError::manifests(table))? as u64;
         Ok(removal)
     }
 }

@@ -81,6 +81,14 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// A manifest-store failure on `table`, for `map_err`.
+    pub fn manifests(table: &TableRef) -> impl FnOnce(StoreError) -> Self + '_ {
+        move |source| EngineError::Manifests {
+            table: table.clone(),
+            source,
+        }
+    }
+
     /// A table's lease not taken (held by another: [`EngineError::Busy`]) or not kept.
     pub fn lease(table: &TableRef, source: LeaseError) -> Self {
         let table = table.clone();
@@ -631,10 +639,7 @@ impl WriteEngine {
             .manifests
             .delete_all(&self.engine.warehouse.manifest_base_uri(table))
             .await
-            .map_err(|source| EngineError::Manifests {
-                table: table.clone(),
-                source,
-            });
+            .map_err(EngineError::manifests(table));
         // A table created again under this name restarts at version 1. Manifests are told apart
         // by their e-tags, but Lance keys some entries (transactions read while committing) by
         // version alone: nothing of the dropped table may answer for the new one.

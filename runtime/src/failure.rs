@@ -84,6 +84,18 @@ pub(crate) enum Failure {
     Sql(#[from] lake_runtime::sql_client::SqlClientError),
     #[error(transparent)]
     Client(#[from] lake_client::ClientError),
+    #[error(transparent)]
+    WorkerIdentity(#[from] flight::IdentityError),
+    #[error(transparent)]
+    Worker(#[from] flight::WorkerError),
+    #[error("cannot start query worker {index}: {source}")]
+    WorkerStart {
+        index: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("query worker {index} stopped before it said where it listens")]
+    WorkerSilent { index: usize },
 }
 
 pub(crate) fn listen(addr: SocketAddr) -> impl FnOnce(std::io::Error) -> Failure {

@@ -16,6 +16,7 @@ use lake_runtime::sql_client::Format;
 use lake_runtime::stage_cli::StageCommand;
 
 mod failure;
+mod local_workers;
 
 use failure::{Failure, listen};
 
@@ -57,6 +58,32 @@ impl MaintainArgs {
             },
             target_rows_per_fragment: self.target_rows_per_fragment.max(1),
             index_unindexed_rows: self.index_unindexed_rows,
+        }
+    }
+}
+
+/// When the query endpoint spreads a statement over its workers.
+#[derive(clap::Args)]
+struct DistributedArgs {
+    /// Statements whose tables hold fewer MiB run on the query process alone.
+    #[arg(long, default_value_t = 256)]
+    distributed_threshold_mb: u64,
+    /// The most workers one statement uses.
+    #[arg(long, default_value_t = 16)]
+    distributed_max_workers: usize,
+    /// MiB of data files one scan task reads, about (0: a task per fragment, up to the
+    /// workers there are).
+    #[arg(long, default_value_t = 64)]
+    distributed_task_mb: u64,
+}
+
+impl DistributedArgs {
+    fn settings(&self) -> flight::DistributedSettings {
+        const MIB: u64 = 1024 * 1024;
+        flight::DistributedSettings {
+            threshold_bytes: self.distributed_threshold_mb.saturating_mul(MIB),
+            max_workers: self.distributed_max_workers.max(1),
+            bytes_per_task: self.distributed_task_mb.saturating_mul(MIB),
         }
     }
 }
@@ -117,6 +144,31 @@ enum Command {
         maintain_every_minutes: u64,
         #[command(flatten)]
         maintain: MaintainArgs,
+        /// Start this many query worker processes and spread large statements over them
+        /// (distributed query; docs/guides/distributed.md); 0: none.
+        #[arg(long, default_value_t = 0)]
+        query_workers: usize,
+        #[command(flatten)]
+        distributed: DistributedArgs,
+    },
+    /// A query worker process of `lake local --query-workers` (started by it, not by hand).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        data: PathBuf,
+        /// The directory holding the worker identity (certificate, key, CA).
+        #[arg(long)]
+        identity: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        #[arg(long, env = "LAKE_MEMORY_LIMIT_MB")]
+        memory_limit_mb: Option<u64>,
+        #[arg(long, env = "LAKE_QUERY_MEMORY_LIMIT_MB")]
+        query_memory_limit_mb: Option<u64>,
+        #[arg(long, env = "LAKE_QUERY_TIMEOUT_SECONDS")]
+        query_timeout_seconds: Option<u64>,
+        #[arg(long, env = "LAKE_SPILL_LIMIT_MB")]
+        spill_limit_mb: Option<u64>,
     },
     /// One maintenance pass over every table: compact small fragments and every fragment holding
     /// deleted rows (deleted rows leave storage), remove versions outside the retention with
@@ -228,6 +280,8 @@ fn main() -> ExitCode {
                 tls_key,
                 maintain_every_minutes,
                 maintain,
+                query_workers,
+                distributed,
             } => {
                 let configured = lake_common::config::Limits {
                     memory_mb: memory_limit_mb,
@@ -289,6 +343,11 @@ fn main() -> ExitCode {
                         maintain.options(),
                     )
                 });
+                let workers = (query_workers > 0).then(|| LocalWorkers {
+                    count: query_workers,
+                    limits: configured.clone(),
+                    settings: distributed.settings(),
+                });
                 local(
                     &data,
                     query_addr,
@@ -298,8 +357,28 @@ fn main() -> ExitCode {
                     limits,
                     shutdown,
                     maintenance,
+                    workers,
                 )
                 .await
+            }
+            Command::Worker {
+                data,
+                identity,
+                addr,
+                memory_limit_mb,
+                query_memory_limit_mb,
+                query_timeout_seconds,
+                spill_limit_mb,
+            } => {
+                let configured = lake_common::config::Limits {
+                    memory_mb: memory_limit_mb,
+                    query_memory_mb: query_memory_limit_mb,
+                    query_timeout_seconds,
+                    max_concurrent_queries: None,
+                    spill_mb: spill_limit_mb,
+                };
+                let limits = flight::Limits::resolve(&configured, None);
+                local_workers::run(&data, &identity, addr, limits).await
             }
             Command::Maintain {
                 data: Some(data),
@@ -532,6 +611,13 @@ fn local_plan(data: &Path) -> Result<AuthorityPlan, Failure> {
     AuthorityPlan::new(&request, &PlanFields::SPEC).map_err(Failure::Config)
 }
 
+/// `lake local --query-workers`: how many, and how they are used.
+struct LocalWorkers {
+    count: usize,
+    limits: lake_common::config::Limits,
+    settings: flight::DistributedSettings,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn local(
     data: &Path,
@@ -542,6 +628,7 @@ async fn local(
     limits: flight::Limits,
     shutdown: flight::Shutdown,
     maintenance: Option<(Duration, lake_runtime::maintain::Options)>,
+    workers: Option<LocalWorkers>,
 ) -> Result<(), Failure> {
     let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
     let data_dir = |action| {
@@ -564,9 +651,30 @@ async fn local(
     let query_bound = flight::bind(query_addr).await.map_err(listen(query_addr))?;
     let metadata_url = format!("{scheme}://{}", metadata_bound.addr);
     let query_url = format!("{scheme}://{}", query_bound.addr);
+    // Started once the lake is provisioned (they read its warehouse), before serving; the
+    // banner says where.
+    let (_workers, distribution) = match workers {
+        Some(w) => {
+            let (running, distribution) =
+                local_workers::start(&data, w.count, &w.limits, w.settings).await?;
+            (Some(running), Some(Arc::new(distribution)))
+        }
+        None => (None, None),
+    };
     // Nobody may be reading stdout (a closed pipe): the banner must never stop the servers.
+    let workers_line = match &distribution {
+        Some(d) => format!(
+            "  workers   {}   (distributed query; mutual TLS)\n",
+            d.workers()
+                .iter()
+                .map(url::Url::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        None => String::new(),
+    };
     let banner = format!(
-        "lake local: data in {data}\n  query     {query_url}   (read-only SQL)\n  metadata  {metadata_url}   (DDL, INSERT, DELETE, ingest)\n\n\
+        "lake local: data in {data}\n  query     {query_url}   (read-only SQL)\n  metadata  {metadata_url}   (DDL, INSERT, DELETE, ingest)\n{workers_line}\n\
          Python (ADBC):\n  import adbc_driver_flightsql.dbapi as flightsql\n  \
          with flightsql.connect(\"{metadata_url}\") as conn, conn.cursor() as cur:\n      \
          cur.execute(\"CREATE SCHEMA sales\")\n      \
@@ -585,6 +693,7 @@ async fn local(
     let query_role = Role::Query {
         context: Arc::new(query),
         metadata_endpoint: Some(metadata_url),
+        distribution,
     };
     let metadata = Arc::new(metadata);
     tokio::spawn(finalise_periodically(metadata.clone()));
@@ -638,6 +747,7 @@ async fn serve() -> Result<(), Failure> {
                 QueryContext::open(plan, config.cluster_id.as_deref(), &options).await?,
             ),
             metadata_endpoint: config.metadata_endpoint.clone(),
+            distribution: None,
         },
         RolePlan::Metadata(plan) => {
             let metadata = Arc::new(

@@ -2,6 +2,7 @@
 //! store. [`Engine`] reads (query and metadata); [`WriteEngine`] also writes (metadata only).
 
 mod maintain;
+mod pinned;
 mod warehouse;
 
 use std::collections::HashMap;
@@ -264,6 +265,31 @@ impl Engine {
 
     pub fn warehouse(&self) -> &Warehouse {
         &self.warehouse
+    }
+
+    /// An engine over the same warehouse (and cache) that opens only a given version, by the
+    /// path Lance names it at, without the manifest store: a distributed query's worker
+    /// (engine/pinned.rs). Asking it for a latest version, or to commit, is refused.
+    pub fn pinned_reader(&self) -> Self {
+        Self {
+            warehouse: self.warehouse.clone(),
+            handler: Arc::new(pinned::PinnedReads),
+            session: self.session.clone(),
+        }
+    }
+
+    /// A worker's engine over `warehouse` alone (a worker process of `lake local`).
+    pub fn pinned(warehouse: Warehouse) -> Self {
+        let session = Arc::new(Session::new(
+            INDEX_CACHE_BYTES,
+            METADATA_CACHE_BYTES,
+            Arc::new(ObjectStoreRegistry::default()),
+        ));
+        Self {
+            warehouse,
+            handler: Arc::new(pinned::PinnedReads),
+            session,
+        }
     }
 
     fn lance_err(

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::DataFusionError;
-use lance::datafusion::LanceTableProvider;
+
+use super::distributed::LakeTable;
 
 use crate::catalog::{NamespaceName, TableName};
 use crate::engine::{Engine, EngineError, TableRef};
@@ -124,11 +125,7 @@ impl SchemaProvider for NamespaceSchema {
         };
         let table = TableRef::new(self.namespace.clone(), table);
         match self.engine.open(&table, version).await {
-            Ok(dataset) => Ok(Some(Arc::new(LanceTableProvider::new(
-                Arc::new(dataset),
-                false,
-                false,
-            )))),
+            Ok(dataset) => Ok(Some(Arc::new(LakeTable::new(&self.engine, table, dataset)))),
             // A version the table does not have: said so, not "no such table"; one that
             // maintenance removed, naming the retention.
             Err(EngineError::NotFound(_))

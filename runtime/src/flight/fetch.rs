@@ -70,6 +70,7 @@ impl LakeFlightSql {
         };
         // A kept plan's functions count their time from this DoGet.
         super::bounded::rearm(&ctx, deadline.into_std());
+        let ctx = self.distribute(ctx, &plan);
         let unbound = plan.get_parameter_fields().map_err(sql::status)?;
         if !unbound.is_empty() {
             let mut names: Vec<&String> = unbound.keys().collect();

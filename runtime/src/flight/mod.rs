@@ -9,6 +9,7 @@ mod catalog;
 mod commands;
 mod copy;
 mod depth;
+mod distributed;
 mod fetch;
 mod handle;
 mod info;
@@ -34,6 +35,10 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::net::TcpListener;
 
 pub use auth::{TokenFileError, Tokens};
+pub use distributed::{
+    DistributedSettings, Distribution, IdentityError, LOCAL_WORKER_NAME, Peers, WorkerError,
+    WorkerIdentity, bind_worker, serve_worker,
+};
 /// Checks one client IPC message before it is decoded (for readers of client files).
 pub(crate) use ingress::check_message_at as check_ipc_message_at;
 pub use limits::{Limits, SpillDirError};

@@ -12,11 +12,13 @@
 use std::sync::Arc;
 
 use arrow_flight::sql::metadata::{SqlInfoData, XdbcTypeInfoData};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use tonic::Status;
 
 use super::auth::Tokens;
 use super::catalog::LakeCatalog;
+use super::distributed::Distribution;
 use super::handle::HandleCodec;
 use super::limits::{Governor, Limits, SpillDirError};
 use super::plans::PlanCache;
@@ -31,6 +33,8 @@ pub enum Role {
         context: Arc<QueryContext>,
         /// Where clients are sent for writes.
         metadata_endpoint: Option<String>,
+        /// Workers to spread large statements over (flight/distributed).
+        distribution: Option<Arc<Distribution>>,
     },
     Metadata(Arc<MetadataContext>),
 }
@@ -120,6 +124,17 @@ impl LakeFlightSql {
             self.governor.limits.query_timeout,
         )
         .await
+    }
+
+    /// `ctx` distributed over this endpoint's workers when `plan` is worth it (query only).
+    pub(super) fn distribute(&self, ctx: SessionContext, plan: &LogicalPlan) -> SessionContext {
+        match &self.role {
+            Role::Query {
+                distribution: Some(distribution),
+                ..
+            } if distribution.wants(plan) => distribution.session(&ctx, self.engine()),
+            _ => ctx,
+        }
     }
 
     /// The warehouse as it is now, listed (for the catalog commands).

@@ -11,6 +11,7 @@ mod caches;
 mod clients;
 mod concurrency;
 mod contexts;
+mod distributed;
 mod flight;
 mod hostile_clients;
 mod interop;

@@ -258,6 +258,8 @@ pub(crate) struct LocalLake {
     pub child: Child,
     pub query: String,
     pub metadata: String,
+    /// The query worker ports (`--query-workers`), if any.
+    pub workers: Vec<String>,
     pub dir: tempfile::TempDir,
 }
 
@@ -326,10 +328,25 @@ impl LocalLake {
         };
         let query = endpoint("query");
         let metadata = endpoint("metadata");
+        // The banner's next line lists the workers, if there are any (a blank line otherwise).
+        let workers = match lines.next() {
+            Some(Ok(line)) => line
+                .trim()
+                .strip_prefix("workers")
+                .map(|rest| {
+                    rest.split_whitespace()
+                        .take_while(|w| w.starts_with("https://"))
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
         Self {
             child,
             query,
             metadata,
+            workers,
             dir,
         }
     }

@@ -398,6 +398,20 @@ pub(super) fn register(ctx: &SessionContext, budget: &Budget) {
     ctx.add_optimizer_rule(Arc::new(CountEveryFunction(budget.clone())));
 }
 
+/// What [`register`] does, and lake's own functions, for a distributed query's worker: it
+/// decodes each call in a plan by the function's name, and these appear only in plans, never
+/// in SQL.
+pub(super) fn register_for_worker(ctx: &SessionContext, budget: &Budget) {
+    register(ctx, budget);
+    for own in [
+        ScalarUDF::new_from_impl(CaseResult::new()),
+        ScalarUDF::new_from_impl(ConcatOperator::new()),
+        ScalarUDF::new_from_impl(Expand::new()),
+    ] {
+        ctx.register_udf(counted(Arc::new(own), budget));
+    }
+}
+
 fn counted(inner: Arc<ScalarUDF>, budget: &Budget) -> ScalarUDF {
     let growth = growth_of(&inner);
     ScalarUDF::new_from_impl(Counted {

@@ -117,6 +117,9 @@ fn pool_limit(pool: &Arc<dyn MemoryPool>) -> usize {
 mod held;
 mod keep;
 mod widths;
+mod wire;
+
+pub(super) use wire::GuardNode;
 
 const MIB: usize = 1024 * 1024;
 
@@ -135,57 +138,97 @@ impl PhysicalOptimizerRule for BoundRepetition {
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let batch_size = config.execution.batch_size.max(1);
-        plan.transform_up(|node| {
-            let Some(check) = check_for(&node, batch_size) else {
-                return Ok(Transformed::no(node));
-            };
-            let handoff = Arc::new(keep::Handoff::default());
-            // A cross or nested-loop join builds one output batch per row of its left (build)
-            // side and batch of its right: the right side is passed on in slices of a batch.
-            let slices_right = node.is::<CrossJoinExec>() || node.is::<NestedLoopJoinExec>();
-            let children = node
-                .children()
-                .into_iter()
-                .enumerate()
-                .map(|(i, child)| {
-                    let check = match &check {
-                        Check::Join { name, rows, .. } => Check::Join {
-                            name,
-                            rows: *rows,
-                            slice: slices_right && i == 1,
-                        },
-                        other => other.clone(),
-                    };
-                    Arc::new(Guarded::new(Arc::clone(child), check, Arc::clone(&handoff)))
-                        as Arc<dyn ExecutionPlan>
-                })
-                .collect();
-            let claims = match &check {
-                Check::Join { name, .. } => Some(keep::Output {
-                    operator: name,
-                    passed_on: 0,
-                }),
-                // Its input's columns, then its functions' values.
-                Check::Window { .. } => Some(keep::Output {
-                    operator: "a window function",
-                    passed_on: node
-                        .children()
-                        .first()
-                        .map_or(0, |c| c.schema().fields().len()),
-                }),
-                Check::Unnest(_) => None,
-            };
-            let guarded = node.with_new_children(children)?;
-            Ok(Transformed::yes(Arc::new(keep::KeepReservation::new(
-                guarded, handoff, claims,
-            ))))
-        })
-        .map(|t| t.data)
+        plan.transform_up(|node| guard(node, batch_size))
+            .map(|t| t.data)
     }
 
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// `node` with a [`Guarded`] under each of its inputs and a [`keep::KeepReservation`] over it,
+/// if it repeats rows; as it is otherwise.
+fn guard(
+    node: Arc<dyn ExecutionPlan>,
+    batch_size: usize,
+) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    let wrap = |input, check, handoff| -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Guarded::new(input, check, handoff)))
+    };
+    Ok(match guarded(&node, batch_size, &wrap)? {
+        Some(Guarding {
+            operator,
+            handoff,
+            claims,
+        }) => Transformed::yes(Arc::new(keep::KeepReservation::new(
+            operator, handoff, claims,
+        ))),
+        None => Transformed::no(node),
+    })
+}
+
+/// An operator with its inputs guarded: what its [`keep::KeepReservation`] is made of.
+struct Guarding {
+    operator: Arc<dyn ExecutionPlan>,
+    handoff: Arc<keep::Handoff>,
+    claims: Option<keep::Output>,
+}
+
+/// How an operator's input is guarded: given the input, its check and the keeper's handoff.
+type Wrap =
+    dyn Fn(Arc<dyn ExecutionPlan>, Check, Arc<keep::Handoff>) -> Result<Arc<dyn ExecutionPlan>>;
+
+/// Puts each input of `node` through `wrap` (with the check it needs and the handoff to the
+/// operator's keeper), if `node` repeats rows.
+fn guarded(
+    node: &Arc<dyn ExecutionPlan>,
+    batch_size: usize,
+    wrap: &Wrap,
+) -> Result<Option<Guarding>> {
+    let Some(check) = check_for(node, batch_size) else {
+        return Ok(None);
+    };
+    let handoff = Arc::new(keep::Handoff::default());
+    // A cross or nested-loop join builds one output batch per row of its left (build)
+    // side and batch of its right: the right side is passed on in slices of a batch.
+    let slices_right = node.is::<CrossJoinExec>() || node.is::<NestedLoopJoinExec>();
+    let children = node
+        .children()
+        .into_iter()
+        .enumerate()
+        .map(|(i, child)| {
+            let check = match &check {
+                Check::Join { name, rows, .. } => Check::Join {
+                    name,
+                    rows: *rows,
+                    slice: slices_right && i == 1,
+                },
+                other => other.clone(),
+            };
+            wrap(Arc::clone(child), check, Arc::clone(&handoff))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let claims = match &check {
+        Check::Join { name, .. } => Some(keep::Output {
+            operator: name,
+            passed_on: 0,
+        }),
+        // Its input's columns, then its functions' values.
+        Check::Window { .. } => Some(keep::Output {
+            operator: "a window function",
+            passed_on: node
+                .children()
+                .first()
+                .map_or(0, |c| c.schema().fields().len()),
+        }),
+        Check::Unnest(_) => None,
+    };
+    Ok(Some(Guarding {
+        operator: Arc::clone(node).with_new_children(children)?,
+        handoff,
+        claims,
+    }))
 }
 
 /// What an operator would build from the batches it is given.

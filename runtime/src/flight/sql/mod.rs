@@ -29,8 +29,8 @@ mod session;
 mod tests;
 
 use rewrite::{binary_types_as_bytea, number_placeholders};
-pub(super) use session::session;
 use session::{enumerates_the_warehouse, list_the_warehouse};
+pub(super) use session::{runtime_env, session};
 
 /// A write, decided from SQL before anything is touched.
 #[derive(Debug)]
@@ -81,8 +81,24 @@ pub(super) enum Planned {
 
 /// Maps DataFusion errors to the gRPC codes clients rely on.
 pub(super) fn status(e: DataFusionError) -> Status {
-    status_of(&e)
+    let status = status_of(&e);
+    // A status travels in an HTTP/2 trailer, which clients bound (an error chain with debug
+    // renderings of transport errors overflowed one): a long message is cut, never the call.
+    if status.message().len() > MAX_STATUS_MESSAGE {
+        let mut end = MAX_STATUS_MESSAGE;
+        while !status.message().is_char_boundary(end) {
+            end -= 1;
+        }
+        return Status::new(
+            status.code(),
+            format!("{} … (cut)", &status.message()[..end]),
+        );
+    }
+    status
 }
+
+/// The longest status message sent, in bytes.
+const MAX_STATUS_MESSAGE: usize = 2048;
 
 fn status_of(e: &DataFusionError) -> Status {
     match e {
@@ -106,12 +122,69 @@ fn status_of(e: &DataFusionError) -> Status {
             ))
         }
         DataFusionError::ResourcesExhausted(msg) => Status::resource_exhausted(msg.clone()),
+        // A status over a transport error: a distributed statement's worker was lost (or could
+        // not be reached) mid-statement. The statement stopped and its stream ends with this
+        // error, so nothing partial was taken for an answer: the client may run it again.
+        DataFusionError::External(inner)
+            if inner
+                .downcast_ref::<Status>()
+                .is_some_and(|s| std::error::Error::source(s).is_some()) =>
+        {
+            Status::unavailable(format!(
+                "a worker of this distributed statement was lost or could not be reached ({}); \
+                 the statement was stopped; try again",
+                inner.downcast_ref::<Status>().map_or("", Status::message)
+            ))
+        }
         // A refusal of our own (a function past the statement's deadline) keeps its code.
         DataFusionError::External(inner) if inner.downcast_ref::<Status>().is_some() => inner
             .downcast_ref::<Status>()
             .map_or_else(|| Status::internal(e.to_string()), Clone::clone),
+        // … and so does one a distributed statement's worker made, which reaches this process
+        // as the status's text.
+        DataFusionError::External(inner) => match relayed(&inner.to_string()) {
+            Some((_, message, true)) => Status::unavailable(format!(
+                "a worker of this distributed statement was lost or could not be reached \
+                 ({message}); the statement was stopped; try again"
+            )),
+            Some((code, message, false)) => Status::new(code, message),
+            None => Status::internal(e.to_string()),
+        },
         other => Status::internal(other.to_string()),
     }
+}
+
+/// A gRPC status as its `Display` renders it (`code: '<description>', message: "<message>"`,
+/// then `, source: …` when a transport error is under it): the code, the message, and whether
+/// it had a source.
+fn relayed(text: &str) -> Option<(tonic::Code, String, bool)> {
+    let rest = text.strip_prefix("code: '")?;
+    let (description, rest) = rest.split_once('\'')?;
+    let code = (0..=16)
+        .map(tonic::Code::from_i32)
+        .find(|c| c.description() == description)?;
+    let Some(quoted) = rest.strip_prefix(", message: \"") else {
+        return Some((code, String::new(), rest.starts_with(", source: ")));
+    };
+    // The message is `{:?}`-quoted: read up to the closing quote, undoing the escapes.
+    let mut message = String::new();
+    let mut chars = quoted.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => {
+                let sourced = quoted[at + 1..].starts_with(", source: ");
+                return Some((code, message, sourced));
+            }
+            '\\' => match chars.next()?.1 {
+                'n' => message.push('\n'),
+                't' => message.push('\t'),
+                'r' => message.push('\r'),
+                other => message.push(other),
+            },
+            other => message.push(other),
+        }
+    }
+    None
 }
 
 fn table_ref(name: &TableReference) -> Result<TableRef, Status> {

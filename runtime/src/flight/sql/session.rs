@@ -46,6 +46,25 @@ impl ObjectStoreRegistry for NoObjectStores {
     }
 }
 
+/// What one statement's operators run in: `memory` (its pool), the endpoint's `disk`, and no
+/// object stores.
+pub(in crate::flight) fn runtime_env(
+    memory: Arc<dyn datafusion::execution::memory_pool::MemoryPool>,
+    disk: Arc<DiskManager>,
+) -> Result<Arc<datafusion::execution::runtime_env::RuntimeEnv>, DataFusionError> {
+    let mut runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(NoObjectStores))
+        .with_memory_pool(memory)
+        // No disk manager of its own (DataFusion's default: the system temp directory, 100 GB
+        // per statement): the endpoint's, with one budget for all statements.
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        )
+        .build()?;
+    runtime.disk_manager = disk;
+    Ok(Arc::new(runtime))
+}
+
 /// A DataFusion session over `engine`'s warehouse, catalog `lake`: its operators and its
 /// functions draw on `memory` (one statement's pool), its spill files on the endpoint's `disk`;
 /// its functions stop at `deadline` (`time_limit` after the statement was admitted).
@@ -63,18 +82,7 @@ pub(crate) async fn session(
         .with_information_schema(true)
         // What plans made outside the optimizer (a DELETE's predicate) count against.
         .with_extension(Arc::new(budget.clone()));
-    let mut runtime = RuntimeEnvBuilder::new()
-        .with_object_store_registry(Arc::new(NoObjectStores))
-        .with_memory_pool(memory.clone())
-        // No disk manager of its own (DataFusion's default: the system temp directory, 100 GB
-        // per statement): the endpoint's, with one budget for all statements.
-        .with_disk_manager_builder(
-            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-        )
-        .build()
-        .map_err(status)?;
-    runtime.disk_manager = disk;
-    let runtime = Arc::new(runtime);
+    let runtime = runtime_env(memory.clone(), disk).map_err(status)?;
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
-use tonic::Code;
+use tonic::{Code, Status};
 
 use super::{Planned, Write, plan};
 use crate::catalog::{NamespaceName, TableName};
@@ -224,4 +224,23 @@ async fn every_statement_is_classified_as_what_it_does() {
         }
     }
     assert!(wrong.is_empty(), "misclassified:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn a_status_relayed_as_text_keeps_its_code_and_message() {
+    let status = Status::resource_exhausted("a join \"x\" of 3\nrows");
+    assert_eq!(
+        super::relayed(&status.to_string()),
+        Some((
+            tonic::Code::ResourceExhausted,
+            "a join \"x\" of 3\nrows".to_owned(),
+            false
+        ))
+    );
+    let lost = Status::from_error(Box::new(std::io::Error::other("reset")));
+    assert!(matches!(
+        super::relayed(&lost.to_string()),
+        Some((_, _, true))
+    ));
+    assert_eq!(super::relayed("an error of another kind"), None);
 }

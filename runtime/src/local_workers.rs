@@ -1,0 +1,133 @@
+//! `lake local --query-workers N`: N query worker processes over the lake's data directory, so
+//! one machine runs distributed query as a cluster does (docs/guides/distributed.md).
+//!
+//! Each worker is this binary's hidden `worker` command: a pinned-version reader of the
+//! warehouse (no manifest store, which the serving process holds) behind the worker port, over
+//! mutual TLS with a CA made for this run. A worker stops when its parent does: it exits when
+//! its standard input (a pipe from the parent) closes.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use lake_runtime::engine::{Engine, Warehouse};
+use lake_runtime::flight::{
+    self, DistributedSettings, Distribution, Peers, WorkerIdentity, bind_worker, serve_worker,
+};
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, Command};
+use url::Url;
+
+use crate::failure::{Failure, listen};
+
+/// How often the serving process checks which workers answer.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// The running workers of a local lake: stopped when this is dropped.
+pub(crate) struct Workers {
+    _children: Vec<Child>,
+}
+
+/// Starts `count` workers over the lake in `data` (with the serving process's `limits`), and
+/// the distribution that spreads the query endpoint's large statements over them.
+pub(crate) async fn start(
+    data: &Path,
+    count: usize,
+    configured: &lake_common::config::Limits,
+    settings: DistributedSettings,
+) -> Result<(Workers, Distribution), Failure> {
+    let identity = WorkerIdentity::ephemeral()?;
+    let dir = data.join("_lake").join("worker-identity");
+    identity.write_to(&dir)?;
+    let mut children = Vec::with_capacity(count);
+    let mut urls = Vec::with_capacity(count);
+    for index in 0..count {
+        let (child, url) = spawn(index, data, &dir, configured).await?;
+        children.push(child);
+        urls.push(url);
+    }
+    tracing::info!(workers = ?urls.iter().map(Url::as_str).collect::<Vec<_>>(), "query workers started");
+    let distribution = Distribution::new(settings, Peers::fixed(urls.clone()), identity);
+    distribution.watch(urls, WATCH_EVERY);
+    Ok((
+        Workers {
+            _children: children,
+        },
+        distribution,
+    ))
+}
+
+async fn spawn(
+    index: usize,
+    data: &Path,
+    identity: &Path,
+    configured: &lake_common::config::Limits,
+) -> Result<(Child, Url), Failure> {
+    let failed = |source| Failure::WorkerStart { index, source };
+    let exe = std::env::current_exe().map_err(failed)?;
+    let mut command = Command::new(exe);
+    command
+        .arg("worker")
+        .arg("--data")
+        .arg(data)
+        .arg("--identity")
+        .arg(identity)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    for (name, value) in [
+        ("LAKE_MEMORY_LIMIT_MB", configured.memory_mb),
+        ("LAKE_QUERY_MEMORY_LIMIT_MB", configured.query_memory_mb),
+        (
+            "LAKE_QUERY_TIMEOUT_SECONDS",
+            configured.query_timeout_seconds,
+        ),
+        ("LAKE_SPILL_LIMIT_MB", configured.spill_mb),
+    ] {
+        if let Some(value) = value {
+            command.env(name, value.to_string());
+        }
+    }
+    let mut child = command.spawn().map_err(failed)?;
+    let stdout = child.stdout.take().ok_or(Failure::WorkerSilent { index })?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = lines
+        .next_line()
+        .await
+        .map_err(failed)?
+        .ok_or(Failure::WorkerSilent { index })?;
+    let url = line
+        .strip_prefix("worker ")
+        .and_then(|u| Url::parse(u).ok())
+        .ok_or(Failure::WorkerSilent { index })?;
+    Ok((child, url))
+}
+
+/// The hidden `lake worker` command: serves the worker port over the lake in `data` until its
+/// standard input closes (its parent stopped) or a signal asks.
+pub(crate) async fn run(
+    data: &Path,
+    identity: &Path,
+    addr: SocketAddr,
+    limits: flight::Limits,
+) -> Result<(), Failure> {
+    let plan = crate::local_plan(data)?;
+    let engine = Engine::pinned(Warehouse::Local(plan.query().warehouse().into()));
+    let identity = WorkerIdentity::from_dir(identity)?;
+    let listener = bind_worker(addr).await.map_err(listen(addr))?;
+    let bound = listener.local_addr().map_err(listen(addr))?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "worker https://{bound}").and_then(|()| out.flush());
+    }
+    std::thread::spawn(|| {
+        // EOF (or an error): the parent is gone.
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+    let shutdown = flight::Shutdown::on_signals(Duration::from_secs(1));
+    Ok(serve_worker(listener, &engine, identity, limits, shutdown).await?)
+}

@@ -1,0 +1,408 @@
+//! Distributed query (docs/guides/distributed.md): `lake local --query-workers N` spreads a
+//! statement over N worker processes, with the answers a single process gives, one table
+//! version per statement, clean failures, and a worker port only the lake's own processes
+//! may use.
+
+mod tpch;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, Float32Array, Float64Array, RecordBatch};
+use arrow::datatypes::DataType;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use futures::TryStreamExt;
+use lake_client::{ClientError, LakeClient};
+
+use crate::support::LocalLake;
+
+/// `lake local` flags: `workers` worker processes, every statement distributed, a task per
+/// fragment (the tests' tables are small).
+fn distributed(workers: usize) -> Vec<String> {
+    vec![
+        "--query-workers".into(),
+        workers.to_string(),
+        "--distributed-threshold-mb".into(),
+        "0".into(),
+        "--distributed-task-mb".into(),
+        "0".into(),
+    ]
+}
+
+fn start(flags: &[String]) -> LocalLake {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    LocalLake::start_with(&flags)
+}
+
+async fn client(lake: &LocalLake) -> LakeClient {
+    let stage = Arc::new(object_store::memory::InMemory::new());
+    LakeClient::with_stage(&lake.query, stage, Default::default())
+        .await
+        .unwrap()
+}
+
+async fn batches(client: &LakeClient, sql: &str) -> Result<Vec<RecordBatch>, ClientError> {
+    client.query(sql).await?.try_collect().await
+}
+
+/// Each row of `batches` as text, floating-point values to 9 significant digits (a sum's last
+/// bits depend on the order it was added up in, which distribution changes).
+fn rows(batches: &[RecordBatch]) -> Vec<String> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for batch in batches {
+        let columns: Vec<Box<dyn Fn(usize) -> String>> = batch
+            .columns()
+            .iter()
+            .map(|column| -> Box<dyn Fn(usize) -> String> {
+                let column = column.clone();
+                match column.data_type() {
+                    DataType::Float64 | DataType::Float32 => Box::new(move |i| {
+                        if column.is_null(i) {
+                            return "NULL".into();
+                        }
+                        let v = match column.as_any().downcast_ref::<Float64Array>() {
+                            Some(a) => a.value(i),
+                            None => f64::from(
+                                column
+                                    .as_any()
+                                    .downcast_ref::<Float32Array>()
+                                    .unwrap()
+                                    .value(i),
+                            ),
+                        };
+                        format!("{v:.8e}")
+                    }),
+                    _ => {
+                        let options = options.clone();
+                        Box::new(move |i| {
+                            ArrayFormatter::try_new(column.as_ref(), &options)
+                                .unwrap()
+                                .value(i)
+                                .to_string()
+                        })
+                    }
+                }
+            })
+            .collect();
+        for i in 0..batch.num_rows() {
+            out.push(columns.iter().map(|c| c(i)).collect::<Vec<_>>().join(" | "));
+        }
+    }
+    out
+}
+
+async fn answer(client: &LakeClient, sql: &str) -> Vec<String> {
+    rows(
+        &batches(client, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}")),
+    )
+}
+
+/// The text of `EXPLAIN ANALYZE sql` (the plan as it ran, stage by stage).
+async fn analyzed(client: &LakeClient, sql: &str) -> String {
+    let batches = batches(client, &format!("EXPLAIN ANALYZE {sql}"))
+        .await
+        .unwrap_or_else(|e| panic!("EXPLAIN ANALYZE {sql}: {e}"));
+    rows(&batches).join("\n")
+}
+
+/// The fragment groups of each task of the distributed scans in an analyzed plan (`tN:
+/// LakeScanExec: … fragments=[[…], …]` lines).
+fn scan_tasks(plan: &str) -> Vec<Vec<u64>> {
+    plan.lines()
+        .filter(|l| l.contains(": LakeScanExec:"))
+        .filter_map(|l| {
+            let rest = l.split("fragments=").nth(1)?;
+            let groups = &rest[..rest.find("]]")? + 2];
+            Some(
+                groups
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.parse().unwrap())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// The TPC-H answers of one lake: every query's rows, in the order it returned them.
+async fn tpch_answers(client: &LakeClient) -> Vec<Vec<String>> {
+    let mut all = Vec::new();
+    for sql in tpch::QUERIES {
+        all.push(answer(client, sql).await);
+    }
+    // At this scale a few queries' parameters select nothing; most must, or the comparison
+    // says little.
+    let answered = all.iter().filter(|rows| !rows.is_empty()).count();
+    assert!(
+        answered >= 18,
+        "only {answered} of 22 TPC-H queries returned rows"
+    );
+    all
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn distributed_results_equal_single_node() {
+    // Single process first, then the same data directory with three workers.
+    let lake = LocalLake::start();
+    let single = {
+        let client = client(&lake).await;
+        tpch::generate(&client, 0.01, 6).await;
+        tpch_answers(&client).await
+    };
+    let dir = lake.stop();
+    let lake = LocalLake::start_in(
+        dir,
+        &distributed(3)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(lake.workers.len(), 3, "three workers listed");
+    let client = client(&lake).await;
+    let spread = tpch_answers(&client).await;
+    for (i, (one, many)) in single.iter().zip(&spread).enumerate() {
+        assert_eq!(one, many, "TPC-H Q{}: distributed answer differs", i + 1);
+    }
+    // And they were distributed: the scan of lineitem ran as several tasks.
+    let plan = analyzed(&client, tpch::QUERIES[0]).await;
+    assert!(
+        plan.contains("DistributedExec"),
+        "Q1 was not distributed:\n{plan}"
+    );
+    assert!(
+        scan_tasks(&plan).len() >= 2,
+        "Q1's scan ran as one task:\n{plan}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn distributed_scan_runs_on_every_worker() {
+    let lake = start(&distributed(3));
+    let client = client(&lake).await;
+    client.execute("CREATE SCHEMA d").await.unwrap();
+    client
+        .execute("CREATE TABLE d.t (id BIGINT, g BIGINT)")
+        .await
+        .unwrap();
+    // Six commits: six fragments.
+    for i in 0..6 {
+        client
+            .execute(&format!(
+                "INSERT INTO d.t SELECT value, value % 7 FROM generate_series({}, {})",
+                i * 1000 + 1,
+                (i + 1) * 1000
+            ))
+            .await
+            .unwrap();
+    }
+    let sql = "SELECT count(*), count(DISTINCT id), sum(id) FROM d.t WHERE g <> 99";
+    assert_eq!(
+        answer(&client, sql).await,
+        vec!["6000 | 6000 | 18003000".to_owned()],
+        "no row missing, none twice"
+    );
+    let plan = analyzed(&client, sql).await;
+    let tasks = scan_tasks(&plan);
+    // The library routes a stage's tasks round-robin over the workers: as many tasks as
+    // workers is every worker.
+    assert_eq!(tasks.len(), 3, "one scan task per worker:\n{plan}");
+    let mut seen = BTreeSet::new();
+    for task in &tasks {
+        assert!(!task.is_empty(), "a task read nothing:\n{plan}");
+        for fragment in task {
+            assert!(
+                seen.insert(*fragment),
+                "fragment {fragment} read twice:\n{plan}"
+            );
+        }
+    }
+    assert_eq!(seen, (0..6).collect(), "every fragment read once:\n{plan}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn distributed_reads_one_version() {
+    // Rows 1..=2H; a writer deletes pairs (k, H + k) for k = 1, 2, …, one commit each. Any one
+    // version has count = 2H - 2k and smallest ids k + 1 and H + k + 1 in each half; a read that
+    // mixed versions across tasks (each half is in other fragments) breaks that.
+    const H: i64 = 3000;
+    let lake = start(&distributed(3));
+    let client = client(&lake).await;
+    client.execute("CREATE SCHEMA v").await.unwrap();
+    client
+        .execute("CREATE TABLE v.t (id BIGINT)")
+        .await
+        .unwrap();
+    for i in 0..6 {
+        client
+            .execute(&format!(
+                "INSERT INTO v.t SELECT value FROM generate_series({}, {})",
+                i * 1000 + 1,
+                (i + 1) * 1000
+            ))
+            .await
+            .unwrap();
+    }
+    let writer = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            for k in 1..=40 {
+                client
+                    .execute(&format!("DELETE FROM v.t WHERE id IN ({k}, {})", H + k))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let sql = format!(
+        "SELECT count(*), min(id) FILTER (WHERE id <= {H}), min(id) FILTER (WHERE id > {H}) \
+         FROM v.t"
+    );
+    let mut reads = 0;
+    while !writer.is_finished() || reads < 5 {
+        let row = answer(&client, &sql).await;
+        let values: Vec<i64> = row[0].split(" | ").map(|v| v.parse().unwrap()).collect();
+        let deleted = (2 * H - values[0]) / 2;
+        assert_eq!(
+            (values[1], values[2]),
+            (deleted + 1, H + deleted + 1),
+            "read {reads}: {row:?} is no single version's answer"
+        );
+        reads += 1;
+    }
+    writer.await.unwrap();
+    let plan = analyzed(&client, &sql).await;
+    assert!(
+        scan_tasks(&plan).len() >= 2,
+        "the count was not distributed:\n{plan}"
+    );
+}
+
+/// The worker processes `lake local` started (its children).
+fn worker_pids(lake: &LocalLake) -> Vec<i32> {
+    let pid = lake.child.id();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn distributed_worker_loss_fails_cleanly() {
+    let lake = start(&distributed(3));
+    let client = client(&lake).await;
+    client.execute("CREATE SCHEMA w").await.unwrap();
+    client
+        .execute("CREATE TABLE w.t (id BIGINT, k BIGINT)")
+        .await
+        .unwrap();
+    for i in 0..6 {
+        client
+            .execute(&format!(
+                "INSERT INTO w.t SELECT value, value % 2 FROM generate_series({}, {})",
+                i * 4000 + 1,
+                (i + 1) * 4000
+            ))
+            .await
+            .unwrap();
+    }
+    let pids = worker_pids(&lake);
+    assert_eq!(pids.len(), 3, "three worker processes");
+    // A join of 288 million rows (seconds): long enough to lose a worker in the middle of it.
+    let slow = "SELECT count(*) FROM w.t a JOIN w.t b ON a.k = b.k";
+    let running = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            (batches(&client, slow).await, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !running.is_finished(),
+        "the statement ended before the worker was lost"
+    );
+    // SAFETY: kill(2) on a pid this test's lake started.
+    assert_eq!(unsafe { libc::kill(pids[1], libc::SIGKILL) }, 0);
+    let (result, took) = tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the statement hung after its worker was lost")
+        .unwrap();
+    match result {
+        Ok(batches) => panic!(
+            "a statement that lost a worker answered: {:?}",
+            rows(&batches)
+        ),
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("Unavailable") || text.contains("unavailable"),
+                "not UNAVAILABLE (retryable) after {took:?}: {text}"
+            );
+        }
+    }
+    // The next statement runs on the workers that remain, once they have been checked again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let sql = "SELECT count(*) FROM w.t WHERE k = 1";
+    assert_eq!(answer(&client, sql).await, vec!["12000".to_owned()]);
+    let plan = analyzed(&client, sql).await;
+    assert_eq!(scan_tasks(&plan).len(), 2, "two workers remain:\n{plan}");
+}
+
+mod port;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn distributed_workers_keep_the_statement_limits() {
+    // A join whose every output batch would hold 8192 copies of a 20 KB value (160 MiB): past
+    // a 64 MiB statement, refused by the join's guard — on the worker that runs the join, which
+    // decoded the guard and set it up again with its own budget.
+    let mut flags = distributed(3);
+    flags.extend(["--query-memory-limit-mb".to_owned(), "64".to_owned()]);
+    let lake = start(&flags);
+    let client = client(&lake).await;
+    client.execute("CREATE SCHEMA m").await.unwrap();
+    client
+        .execute("CREATE TABLE m.t (id BIGINT, g BIGINT)")
+        .await
+        .unwrap();
+    for i in 0..6 {
+        client
+            .execute(&format!(
+                "INSERT INTO m.t SELECT value, value % 2 FROM generate_series({}, {})",
+                i * 1000 + 1,
+                (i + 1) * 1000
+            ))
+            .await
+            .unwrap();
+    }
+    // The side holding the values is small (20 rows: the join's own memory is a few hundred
+    // KiB); each of its rows meets 3000 of the other side.
+    let sql = "SELECT max(length(a.s)) FROM \
+               (SELECT g, repeat('x', 20000 + g) AS s FROM m.t WHERE id <= 20) a \
+               JOIN m.t b ON a.g = b.g";
+    let refused = batches(&client, sql)
+        .await
+        .expect_err("the join ran past the budget");
+    let text = refused.to_string();
+    assert!(
+        text.contains("ResourceExhausted") && text.contains("LAKE_QUERY_MEMORY_LIMIT_MB"),
+        "{text}"
+    );
+    // Every worker is still there, and serves.
+    assert_eq!(worker_pids(&lake).len(), 3);
+    for pid in worker_pids(&lake) {
+        assert!(
+            std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "worker {pid} died"
+        );
+    }
+    assert_eq!(
+        answer(&client, "SELECT count(*) FROM m.t").await,
+        vec!["6000"]
+    );
+}

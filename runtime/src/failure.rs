@@ -94,7 +94,7 @@ pub(crate) enum Failure {
         #[source]
         source: std::io::Error,
     },
-    #[error("query worker {index} stopped before it said where it listens")]
+    #[error("query worker {index} did not say where it listens (it stopped, or took over 30 s)")]
     WorkerSilent { index: usize },
 }
 

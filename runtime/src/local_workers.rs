@@ -21,6 +21,9 @@ use url::Url;
 
 use crate::failure::{Failure, listen};
 
+/// How long a worker may take to say where it listens.
+const START_WAIT: Duration = Duration::from_secs(30);
+
 /// How often the serving process checks which workers answer.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
@@ -93,9 +96,9 @@ async fn spawn(
     let mut child = command.spawn().map_err(failed)?;
     let stdout = child.stdout.take().ok_or(Failure::WorkerSilent { index })?;
     let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let line = lines
-        .next_line()
+    let line = tokio::time::timeout(START_WAIT, lines.next_line())
         .await
+        .map_err(|_| Failure::WorkerSilent { index })?
         .map_err(failed)?
         .ok_or(Failure::WorkerSilent { index })?;
     let url = line

@@ -13,6 +13,7 @@ use std::process::Command;
 
 mod controlplane;
 mod moto;
+pub mod tpch;
 
 pub use controlplane::{ControlPlane, control_plane};
 pub use moto::{AwsRequest, Moto, Recording, dedicated_moto, moto, requests_signed_by};

@@ -204,6 +204,13 @@ impl LakeCodec {
         let schema: arrow::datatypes::Schema = (&schema)
             .try_into()
             .map_err(|e| bad(format!("a scan's schema: {e}")))?;
+        // The scan reads its columns by name into this schema: one field per column, in order.
+        let named: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
+        if named.len() != scan.projection.len()
+            || named.iter().zip(&scan.projection).any(|(a, b)| *a != b)
+        {
+            return Err(bad("a scan whose columns and schema differ"));
+        }
         let filter = scan
             .filter
             .map(|bytes| Expr::from_bytes_with_ctx(&bytes, ctx))
@@ -221,5 +228,57 @@ impl LakeCodec {
             Arc::new(spec),
             partitions,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Warehouse;
+
+    fn codec() -> LakeCodec {
+        LakeCodec::new(Engine::pinned(Warehouse::Local(std::env::temp_dir())))
+    }
+
+    fn scan(namespace: &str, projection: &[&str]) -> Vec<u8> {
+        let schema = arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "id",
+            arrow::datatypes::DataType::Int64,
+            true,
+        )]);
+        let node = NodeProto {
+            node: Some(Node::Scan(Box::new(ScanProto {
+                namespace: namespace.into(),
+                table: "t".into(),
+                version: 1,
+                partitions: vec![PartitionProto {
+                    ids: vec![0],
+                    bytes: vec![1],
+                }],
+                projection: projection.iter().map(|c| (*c).to_owned()).collect(),
+                filter: None,
+                limit: None,
+                schema: Some((&schema).try_into().unwrap()),
+            }))),
+        };
+        node.encode_to_vec()
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Arc<dyn ExecutionPlan>> {
+        codec().try_decode(bytes, &[], &TaskContext::default())
+    }
+
+    #[test]
+    fn a_scan_decodes_only_with_a_lake_name_and_its_own_columns() {
+        assert!(decode(&scan("s", &["id"])).is_ok());
+        for namespace in ["../etc", "", "a/b", "s.t"] {
+            let e = decode(&scan(namespace, &["id"])).unwrap_err().to_string();
+            assert!(e.contains("cannot run"), "{namespace:?}: {e}");
+        }
+        let e = decode(&scan("s", &["id", "secret"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("columns and schema differ"), "{e}");
+        assert!(decode(b"\xff\xff garbage").is_err());
     }
 }

@@ -71,6 +71,18 @@ pub struct Distribution {
     settings: DistributedSettings,
     peers: Arc<Peers>,
     channels: Channels,
+    /// The check of the workers (`watch`), stopped with the distribution.
+    watching: Arc<std::sync::Mutex<Option<Watching>>>,
+}
+
+/// Aborts the watch loop when the last handle of the distribution goes.
+#[derive(Debug)]
+struct Watching(tokio::task::JoinHandle<()>);
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Distribution {
@@ -79,6 +91,7 @@ impl Distribution {
             settings,
             peers,
             channels: Channels::new(identity),
+            watching: Arc::default(),
         }
     }
 
@@ -88,7 +101,7 @@ impl Distribution {
     pub fn watch(&self, candidates: Vec<Url>, every: Duration) {
         let peers = self.peers.clone();
         let channels = self.channels.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             loop {
                 let mut live = Vec::with_capacity(candidates.len());
                 for url in &candidates {
@@ -100,6 +113,8 @@ impl Distribution {
                 tokio::time::sleep(every).await;
             }
         });
+        // One loop: watching again replaces (and stops) the one before.
+        *self.watching.lock().unwrap_or_else(|p| p.into_inner()) = Some(Watching(task));
     }
 
     /// The workers statements may use now.
@@ -153,6 +168,10 @@ impl Distribution {
             config.set_extension(Arc::new(Spread {
                 bytes_per_task: self.settings.bytes_per_task,
             }));
+            // Stages are cut at repartitions: a process planning for one core (its CPU set, a
+            // pod's limit) would plan none, and keep the whole statement to itself.
+            let partitions = &mut config.options_mut().execution.target_partitions;
+            *partitions = (*partitions).max(2);
         }
         SessionContext::new_with_state(builder.build())
     }

@@ -74,6 +74,9 @@ impl std::fmt::Debug for Channels {
 /// retryable, rather than holding it.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The most worker connections kept.
+const MAX_CHANNELS: usize = 256;
+
 impl Channels {
     pub(super) fn new(identity: WorkerIdentity) -> Self {
         Self {
@@ -83,10 +86,11 @@ impl Channels {
     }
 
     async fn channel(&self, url: &Url) -> Result<BoxCloneSyncChannel, DataFusionError> {
-        let mut open = self.open.lock().await;
-        if let Some(channel) = open.get(url) {
+        if let Some(channel) = self.open.lock().await.get(url) {
             return Ok(channel.clone());
         }
+        // Connected without the lock held: a worker that stalls its handshake holds up only the
+        // statements that need it. (Two connecting at once keep the later channel; both work.)
         let unreachable = |e: &dyn std::fmt::Display| {
             DataFusionError::External(Box::new(tonic::Status::unavailable(format!(
                 "the distributed query's worker {url} cannot be reached: {e}; try again"
@@ -97,8 +101,16 @@ impl Channels {
             .map_err(|e| unreachable(&e))?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true);
-        let channel = endpoint.connect().await.map_err(|e| unreachable(&e))?;
+        let channel = tokio::time::timeout(CONNECT_TIMEOUT, endpoint.connect())
+            .await
+            .map_err(|e| unreachable(&e))?
+            .map_err(|e| unreachable(&e))?;
         let channel = BoxCloneSyncChannel::new(channel);
+        let mut open = self.open.lock().await;
+        // Bounded: workers are few; a plan naming many spellings of their URLs cannot grow it.
+        if open.len() >= MAX_CHANNELS {
+            open.clear();
+        }
         open.insert(url.clone(), channel.clone());
         Ok(channel)
     }

@@ -39,12 +39,12 @@ impl FragmentRef {
             .fragments()
             .iter()
             .map(|f| {
-                let recorded: u64 = f
+                let recorded = f
                     .files
                     .iter()
                     .filter_map(|file| file.file_size_bytes.get())
                     .map(u64::from)
-                    .sum();
+                    .fold(0u64, u64::saturating_add);
                 let bytes = if recorded > 0 {
                     recorded
                 } else {
@@ -225,5 +225,27 @@ async fn read(
     scan.limit(spec.limit.map(|l| l as i64), None)?;
     scan.scan_in_order(false);
     let stream = scan.try_into_stream().await?;
-    Ok(stream.map_err(DataFusionError::from).boxed())
+    // The operators above were planned for `spec.schema`: a batch of another shape (a plan
+    // whose schema was not the table's) is an error, never handed on.
+    let expected = spec.schema.clone();
+    let table = spec.table.to_string();
+    Ok(stream
+        .map_err(DataFusionError::from)
+        .and_then(move |batch| {
+            let same = batch.num_columns() == expected.fields().len()
+                && batch
+                    .schema()
+                    .fields()
+                    .iter()
+                    .zip(expected.fields())
+                    .all(|(a, b)| a.data_type() == b.data_type());
+            futures::future::ready(if same {
+                Ok(batch)
+            } else {
+                Err(DataFusionError::Execution(format!(
+                    "a scan of {table} read columns of another schema than it was planned with"
+                )))
+            })
+        })
+        .boxed())
 }

@@ -46,7 +46,10 @@ pub(super) fn desired_tasks(
         .get_extension::<Spread>()
         .map_or(Spread::DEFAULT_BYTES_PER_TASK, |s| s.bytes_per_task)
         .max(1);
-    let bytes: u64 = scan.fragments().map(|f| f.bytes).sum();
+    let bytes = scan
+        .fragments()
+        .map(|f| f.bytes)
+        .fold(0u64, u64::saturating_add);
     let fragments = scan.fragments().count();
     let tasks = usize::try_from(bytes.div_ceil(per_task)).unwrap_or(usize::MAX);
     Some(Ok(DesiredTaskCountEventResponse::desired(

@@ -41,7 +41,7 @@ impl LakeTable {
         FragmentRef::all_of(&self.lance.dataset())
             .iter()
             .map(|f| f.bytes)
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 }
 

@@ -82,7 +82,18 @@ fn only_reads(event: WorkerPlanRewriteEvent<'_>) -> Result<WorkerPlanRewriteEven
     Ok(WorkerPlanRewriteEventResponse::new(event.plan))
 }
 
+/// The most output partitions a node of a stage may have (a plan's counts are what its sender
+/// declares; lake's own plans have the planning process's few).
+const MAX_PARTITIONS: usize = 4096;
+
 fn refusal(node: &dyn ExecutionPlan) -> Option<String> {
+    let partitions = node.properties().partitioning.partition_count();
+    if partitions > MAX_PARTITIONS {
+        return Some(format!(
+            "{} has {partitions} partitions, more than {MAX_PARTITIONS}",
+            node.name()
+        ));
+    }
     if node.name() == "DataSinkExec" {
         return Some("it writes (DataSinkExec)".into());
     }

@@ -60,14 +60,16 @@ impl WireCheck {
         }
     }
 
-    fn check(&self) -> Result<Check> {
+    /// The check, for a worker whose batches hold `batch_size` rows: the rows a join's batch
+    /// may hold are the worker's (a sent count is no bound: 0 or 2^64 would switch it off).
+    fn check(&self, batch_size: usize) -> Result<Check> {
         Ok(match self {
-            Self::Join { name, rows, slice } => Check::Join {
+            Self::Join { name, slice, .. } => Check::Join {
                 name: JOIN_NAMES
                     .into_iter()
                     .find(|n| n == name)
                     .ok_or_else(|| bad(format!("a join check for {name:?}")))?,
-                rows: *rows,
+                rows: batch_size.max(1),
                 slice: *slice,
             },
             Self::Unnest(lists) => Check::Unnest(lists.clone()),
@@ -101,7 +103,7 @@ impl GuardNode {
         match self {
             Self::Guarded(Some(check)) => Ok(Arc::new(Guarded::new(
                 input,
-                check.check()?,
+                check.check(batch_size)?,
                 Arc::default(),
             ))),
             Self::Guarded(None) => Ok(Arc::new(Pending::new(input))),

@@ -160,9 +160,11 @@ fn status_of(e: &DataFusionError) -> Status {
 fn relayed(text: &str) -> Option<(tonic::Code, String, bool)> {
     let rest = text.strip_prefix("code: '")?;
     let (description, rest) = rest.split_once('\'')?;
-    let code = (0..=16)
+    // Never OK: a stream that ended with "success" would read as a whole answer.
+    let code = (1..=16)
         .map(tonic::Code::from_i32)
-        .find(|c| c.description() == description)?;
+        .find(|c| c.description() == description && *c != tonic::Code::Unknown)
+        .unwrap_or(tonic::Code::Internal);
     let Some(quoted) = rest.strip_prefix(", message: \"") else {
         return Some((code, String::new(), rest.starts_with(", source: ")));
     };

@@ -1,5 +1,7 @@
-//! `lake local --query-workers N`: N query worker processes over the lake's data directory, so
-//! one machine runs distributed query as a cluster does (docs/guides/distributed.md).
+//! The worker side of distributed query in this binary (docs/guides/distributed.md): `lake
+//! local --query-workers N` starts N query worker processes over the lake's data directory, so
+//! one machine runs distributed query as a cluster does; `lake serve` with `LAKE_WORKER_*` makes
+//! a query process a worker of its peers too.
 //!
 //! Each worker is this binary's hidden `worker` command: a pinned-version reader of the
 //! warehouse (no manifest store, which the serving process holds) behind the worker port, over
@@ -13,7 +15,8 @@ use std::time::Duration;
 
 use lake_runtime::engine::{Engine, Warehouse};
 use lake_runtime::flight::{
-    self, DistributedSettings, Distribution, Peers, WorkerIdentity, bind_worker, serve_worker,
+    self, Candidates, DistributedSettings, Distribution, Peers, WorkerIdentity, bind_worker,
+    serve_worker,
 };
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
@@ -25,7 +28,7 @@ use crate::failure::{Failure, listen};
 const START_WAIT: Duration = Duration::from_secs(30);
 
 /// How often the serving process checks which workers answer.
-const WATCH_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// The running workers of a local lake: stopped when this is dropped.
 pub(crate) struct Workers {
@@ -52,7 +55,7 @@ pub(crate) async fn start(
     }
     tracing::info!(workers = ?urls.iter().map(Url::as_str).collect::<Vec<_>>(), "query workers started");
     let distribution = Distribution::new(settings, Peers::fixed(urls.clone()), identity);
-    distribution.watch(urls, WATCH_EVERY);
+    distribution.watch(Candidates::Fixed(urls), WATCH_EVERY);
     Ok((
         Workers {
             _children: children,
@@ -133,4 +136,61 @@ pub(crate) async fn run(
     });
     let shutdown = flight::Shutdown::on_signals(Duration::from_secs(1));
     Ok(serve_worker(listener, &engine, identity, limits, shutdown).await?)
+}
+
+/// `lake serve` (query) with `LAKE_WORKER_*`: serves the worker port beside the Flight SQL
+/// endpoint (with the process's own engine, pinned reads only) and spreads large statements over
+/// the peers `LAKE_WORKERS` names — this process among them, as every query process is a worker.
+pub(crate) async fn serve_cluster_worker(
+    config: &lake_common::config::DistributedConfig,
+    engine: &Engine,
+    limits: &flight::Limits,
+) -> Result<Distribution, Failure> {
+    use lake_common::config::WorkerPeers;
+    let identity = WorkerIdentity::from_files(
+        Path::new(&config.cert_file),
+        Path::new(&config.key_file),
+        Path::new(&config.ca_file),
+        &config.worker_name,
+    )?;
+    let listener = bind_worker(config.worker_addr)
+        .await
+        .map_err(listen(config.worker_addr))?;
+    tracing::info!(addr = %config.worker_addr, "serving the worker port");
+    let worker = {
+        let (engine, identity, limits) = (engine.clone(), identity.clone(), limits.clone());
+        async move {
+            let shutdown = flight::Shutdown::on_signals(crate::SERVE_GRACE);
+            if let Err(e) = serve_worker(listener, &engine, identity, limits, shutdown).await {
+                tracing::error!(error = %e, "the worker port stopped");
+            }
+        }
+    };
+    tokio::spawn(worker);
+    const MIB: u64 = 1024 * 1024;
+    let defaults = DistributedSettings::default();
+    let settings = DistributedSettings {
+        threshold_bytes: config
+            .threshold_mb
+            .map_or(defaults.threshold_bytes, |mb| mb.saturating_mul(MIB)),
+        max_workers: config
+            .max_workers
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(defaults.max_workers),
+        bytes_per_task: config
+            .task_mb
+            .map_or(defaults.bytes_per_task, |mb| mb.saturating_mul(MIB)),
+    };
+    let candidates = match &config.peers {
+        WorkerPeers::Urls(urls) => {
+            Candidates::Fixed(urls.iter().filter_map(|u| Url::parse(u).ok()).collect())
+        }
+        WorkerPeers::Dns { name, port } => Candidates::Dns {
+            name: name.clone(),
+            port: *port,
+        },
+    };
+    let distribution = Distribution::new(settings, Peers::fixed(Vec::new()), identity);
+    distribution.watch(candidates, WATCH_EVERY);
+    Ok(distribution)
 }

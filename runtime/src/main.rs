@@ -450,7 +450,7 @@ const WORKER_STACK: usize = 64 * 1024 * 1024;
 
 /// How long a pod's calls in flight may take after SIGTERM: within Kubernetes' default 30 s
 /// termination grace period.
-const SERVE_GRACE: Duration = Duration::from_secs(25);
+pub(crate) const SERVE_GRACE: Duration = Duration::from_secs(25);
 
 /// How often the metadata role finalises commits a dead writer left staged.
 const FINALISE_EVERY: Duration = Duration::from_secs(60);
@@ -740,15 +740,26 @@ async fn serve() -> Result<(), Failure> {
         .map(|(cert, key)| Tls::from_files(Path::new(cert), Path::new(key)))
         .transpose()?;
     let options = ConnectOptions::default();
+    let limits =
+        flight::Limits::resolve(&config.limits, config.spill_dir.as_ref().map(PathBuf::from));
     // Dispatch on the role before opening anything: query builds the minimal context only.
     let role = match &config.plan {
-        RolePlan::Query(plan) => Role::Query {
-            context: Arc::new(
-                QueryContext::open(plan, config.cluster_id.as_deref(), &options).await?,
-            ),
-            metadata_endpoint: config.metadata_endpoint.clone(),
-            distribution: None,
-        },
+        RolePlan::Query(plan) => {
+            let context =
+                Arc::new(QueryContext::open(plan, config.cluster_id.as_deref(), &options).await?);
+            let distribution = match &config.distributed {
+                Some(distributed) => Some(Arc::new(
+                    local_workers::serve_cluster_worker(distributed, context.engine(), &limits)
+                        .await?,
+                )),
+                None => None,
+            };
+            Role::Query {
+                context,
+                metadata_endpoint: config.metadata_endpoint.clone(),
+                distribution,
+            }
+        }
         RolePlan::Metadata(plan) => {
             let metadata = Arc::new(
                 MetadataContext::open(plan, config.cluster_id.as_deref(), &options).await?,
@@ -769,8 +780,6 @@ async fn serve() -> Result<(), Failure> {
         let _ = writeln!(out, "{} {scheme}://{}", config.plan.role(), bound.addr)
             .and_then(|()| out.flush());
     }
-    let limits =
-        flight::Limits::resolve(&config.limits, config.spill_dir.as_ref().map(PathBuf::from));
     Ok(flight::serve(
         bound,
         role,

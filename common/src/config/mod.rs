@@ -16,8 +16,14 @@ use crate::plan::{
     Storage, StorageRequest, check_distinct,
 };
 
+mod distributed;
 mod limits;
 mod maintenance;
+pub use distributed::{
+    DistributedConfig, LAKE_DISTRIBUTED_MAX_WORKERS, LAKE_DISTRIBUTED_TASK_MB,
+    LAKE_DISTRIBUTED_THRESHOLD_MB, LAKE_WORKER_ADDR, LAKE_WORKER_CA_FILE, LAKE_WORKER_CERT_FILE,
+    LAKE_WORKER_KEY_FILE, LAKE_WORKER_NAME, LAKE_WORKERS, Peers as WorkerPeers,
+};
 pub use limits::Limits;
 pub use maintenance::{MAINTENANCE_ROLE, MaintenanceConfig};
 
@@ -53,7 +59,7 @@ pub const LAKE_SPILL_DIR: &str = "LAKE_SPILL_DIR";
 pub const LAKE_SPILL_LIMIT_MB: &str = "LAKE_SPILL_LIMIT_MB";
 
 /// Every variable of the contract.
-pub const ALL_VARS: [&str; 21] = [
+pub const ALL_VARS: [&str; 30] = [
     LAKE_ROLE,
     LAKE_WAREHOUSE,
     LAKE_STAGE,
@@ -75,6 +81,15 @@ pub const ALL_VARS: [&str; 21] = [
     LAKE_MAX_CONCURRENT_QUERIES,
     LAKE_SPILL_DIR,
     LAKE_SPILL_LIMIT_MB,
+    LAKE_WORKER_ADDR,
+    LAKE_WORKER_CERT_FILE,
+    LAKE_WORKER_KEY_FILE,
+    LAKE_WORKER_CA_FILE,
+    LAKE_WORKER_NAME,
+    LAKE_WORKERS,
+    LAKE_DISTRIBUTED_THRESHOLD_MB,
+    LAKE_DISTRIBUTED_MAX_WORKERS,
+    LAKE_DISTRIBUTED_TASK_MB,
 ];
 
 /// The port each role listens on unless `LAKE_FLIGHT_ADDR` says otherwise.
@@ -101,6 +116,9 @@ pub struct RuntimeConfig {
     pub limits: Limits,
     /// Where queries spill; `None`: the system temp directory.
     pub spill_dir: Option<String>,
+    /// Query only: the worker port and peers of distributed query; `None`: every statement
+    /// runs on this process alone.
+    pub distributed: Option<DistributedConfig>,
 }
 
 /// How a runtime process authenticates its clients.
@@ -152,6 +170,7 @@ impl RuntimeConfig {
             tls: None,
             limits: Limits::default(),
             spill_dir: None,
+            distributed: None,
         }
     }
 
@@ -213,6 +232,9 @@ impl RuntimeConfig {
             if let Some(value) = value {
                 vars.insert(name, value.to_string());
             }
+        }
+        if let Some(distributed) = &self.distributed {
+            vars.extend(distributed.vars());
         }
         vars
     }
@@ -405,6 +427,8 @@ impl RuntimeConfig {
             }
         }));
 
+        let distributed = DistributedConfig::read(&get, role, &mut errors);
+
         let (Some(role), Some(warehouse), Some((registry, manifests)), Some(flight_addr)) =
             (role, warehouse, stores, flight_addr)
         else {
@@ -447,6 +471,7 @@ impl RuntimeConfig {
                 tls,
                 limits,
                 spill_dir: get(LAKE_SPILL_DIR).map(str::to_owned),
+                distributed,
             },
             unknown,
         })

@@ -259,3 +259,65 @@ fn maintenance_round_trips_without_registry_or_serving_variables() {
         assert!(err.contains(name), "without {name}: {err}");
     }
 }
+
+#[test]
+fn distributed_query_is_all_or_nothing_and_the_query_roles_only() {
+    let plan = cloud_plan();
+    let mut config =
+        RuntimeConfig::for_role(&plan, Role::Query, Some("uid-1".into()), addr(), None);
+    config.auth = Auth::Disabled;
+    for peers in [
+        WorkerPeers::Urls(vec![
+            "https://10.0.0.1:8817".into(),
+            "https://10.0.0.2:8817".into(),
+        ]),
+        WorkerPeers::Dns {
+            name: "lake-a-workers.ns.svc".into(),
+            port: 8817,
+        },
+    ] {
+        config.distributed = Some(DistributedConfig {
+            worker_addr: "0.0.0.0:8817".parse().unwrap(),
+            cert_file: "/worker/tls.crt".into(),
+            key_file: "/worker/tls.key".into(),
+            ca_file: "/worker/ca.crt".into(),
+            worker_name: "lake-a-workers".into(),
+            peers,
+            threshold_mb: Some(128),
+            max_workers: None,
+            task_mb: Some(32),
+        });
+        let parsed = RuntimeConfig::from_vars(config.to_vars()).unwrap();
+        assert_eq!(parsed.config, config);
+        assert!(parsed.unknown.is_empty());
+    }
+    // One variable alone names every one missing.
+    let errs = RuntimeConfig::from_vars([
+        (LAKE_ROLE, "query"),
+        (LAKE_WAREHOUSE, "/data"),
+        (LAKE_WORKERS, "http://10.0.0.1:8817"),
+    ])
+    .unwrap_err();
+    let fields: Vec<&str> = errs.iter().flat_map(|e| e.fields()).collect();
+    assert_eq!(
+        fields,
+        [
+            LAKE_WORKER_ADDR,
+            LAKE_WORKER_CERT_FILE,
+            LAKE_WORKER_KEY_FILE,
+            LAKE_WORKER_CA_FILE,
+            LAKE_WORKER_NAME,
+            LAKE_WORKERS
+        ],
+        "{errs}"
+    );
+    assert!(errs.to_string().contains("https://"), "{errs}");
+    // Never on metadata.
+    let errs = RuntimeConfig::from_vars([
+        (LAKE_ROLE, "metadata"),
+        (LAKE_WAREHOUSE, "/data"),
+        (LAKE_WORKER_ADDR, "0.0.0.0:8817"),
+    ])
+    .unwrap_err();
+    assert_eq!(errs.0[0].fields(), [LAKE_WORKER_ADDR]);
+}

@@ -65,6 +65,35 @@ impl Default for DistributedSettings {
     }
 }
 
+/// Where a query endpoint's workers may be.
+#[derive(Debug, Clone)]
+pub enum Candidates {
+    Fixed(Vec<Url>),
+    /// Every address `name` resolves to now, on `port` (a headless Service's ready pods).
+    Dns {
+        name: String,
+        port: u16,
+    },
+}
+
+impl Candidates {
+    async fn urls(&self) -> Vec<Url> {
+        match self {
+            Self::Fixed(urls) => urls.clone(),
+            Self::Dns { name, port } => match tokio::net::lookup_host((name.as_str(), *port)).await
+            {
+                Ok(addrs) => addrs
+                    .filter_map(|a| Url::parse(&format!("https://{a}")).ok())
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(%name, error = %e, "the workers' name does not resolve");
+                    Vec::new()
+                }
+            },
+        }
+    }
+}
+
 /// A query endpoint's distribution: its settings, its workers, and how to reach them.
 #[derive(Debug, Clone)]
 pub struct Distribution {
@@ -95,18 +124,19 @@ impl Distribution {
         }
     }
 
-    /// Keeps `peers` to those of `candidates` that answer over mutual TLS now, checking every
-    /// `every`: a worker that stopped leaves the list within one check, so the next statement
-    /// runs on the workers that remain.
-    pub fn watch(&self, candidates: Vec<Url>, every: Duration) {
+    /// Keeps the workers to those of `candidates` that answer over mutual TLS now, checking
+    /// every `every`: a worker that stopped leaves the list within one check, so the next
+    /// statement runs on the workers that remain.
+    pub fn watch(&self, candidates: Candidates, every: Duration) {
         let peers = self.peers.clone();
         let channels = self.channels.clone();
         let task = tokio::spawn(async move {
             loop {
-                let mut live = Vec::with_capacity(candidates.len());
-                for url in &candidates {
-                    if channels.answers(url, every).await {
-                        live.push(url.clone());
+                let urls = candidates.urls().await;
+                let mut live = Vec::with_capacity(urls.len());
+                for url in urls {
+                    if channels.answers(&url, every).await {
+                        live.push(url);
                     }
                 }
                 peers.set(live);

@@ -355,6 +355,7 @@ async fn distributed_worker_loss_fails_cleanly() {
 }
 
 mod port;
+mod served;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn distributed_workers_keep_the_statement_limits() {

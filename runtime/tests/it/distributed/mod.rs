@@ -407,3 +407,69 @@ async fn distributed_workers_keep_the_statement_limits() {
         vec!["6000"]
     );
 }
+
+/// CPU time the processes have used, in clock ticks (`utime` + `stime` of /proc/<pid>/stat).
+fn cpu_ticks(pids: &[i32]) -> u64 {
+    pids.iter()
+        .map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Fields after the command name (which may hold spaces), from field 3 on.
+            let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+            field(14).unwrap_or(0) + field(15).unwrap_or(0)
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn distributed_cancel_stops_every_worker() {
+    let lake = start(&distributed(3));
+    let client = client(&lake).await;
+    client.execute("CREATE SCHEMA x").await.unwrap();
+    client
+        .execute("CREATE TABLE x.t (id BIGINT, k BIGINT)")
+        .await
+        .unwrap();
+    for i in 0..6 {
+        client
+            .execute(&format!(
+                "INSERT INTO x.t SELECT value, value % 2 FROM generate_series({}, {})",
+                i * 4000 + 1,
+                (i + 1) * 4000
+            ))
+            .await
+            .unwrap();
+    }
+    let pids = worker_pids(&lake);
+    assert_eq!(pids.len(), 3);
+    let slow = "SELECT count(*) FROM x.t a JOIN x.t b ON a.k = b.k";
+    let running = {
+        let client = client.clone();
+        tokio::spawn(async move { batches(&client, slow).await })
+    };
+    // The workers are busy with it …
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before = cpu_ticks(&pids);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let busy = cpu_ticks(&pids) - before;
+    assert!(
+        !running.is_finished(),
+        "the statement ended before it was cancelled"
+    );
+    assert!(
+        busy >= 20,
+        "the workers were not working on the statement ({busy} ticks in 1 s)"
+    );
+    // … the client gives up (its call dropped, as a client deadline does) …
+    running.abort();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // … and every worker stops.
+    let before = cpu_ticks(&pids);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let after = cpu_ticks(&pids) - before;
+    assert!(
+        after <= 10,
+        "the workers went on after the statement was cancelled ({after} ticks in 1 s, {busy} before)"
+    );
+}

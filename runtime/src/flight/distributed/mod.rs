@@ -159,25 +159,30 @@ impl Distribution {
         }
     }
 
-    /// Whether `plan` is worth distributing now: its tables hold at least the threshold's bytes
-    /// and there are at least two workers to spread it over.
+    /// Whether `plan` is worth distributing now: it reads lake tables only, they hold at least
+    /// the threshold's bytes, and there are at least two workers to spread it over.
     pub(super) fn wants(&self, plan: &LogicalPlan) -> bool {
         if self.resolver().get_urls().map_or(0, |u| u.len()) < 2 {
             return false;
         }
         let mut bytes = 0u64;
+        let mut lake_tables_only = true;
         let _ = plan.apply_with_subqueries(|node| {
-            if let LogicalPlan::TableScan(scan) = node
-                && let Ok(provider) = source_as_provider(&scan.source)
-            {
-                let provider: &dyn std::any::Any = provider.as_ref();
-                if let Some(table) = provider.downcast_ref::<LakeTable>() {
-                    bytes = bytes.saturating_add(table.bytes());
+            if let LogicalPlan::TableScan(scan) = node {
+                let table = source_as_provider(&scan.source).ok().and_then(|provider| {
+                    let provider: &dyn std::any::Any = provider.as_ref();
+                    provider.downcast_ref::<LakeTable>().map(LakeTable::bytes)
+                });
+                match table {
+                    Some(table) => bytes = bytes.saturating_add(table),
+                    // `information_schema` and the like are this process's: their scans cannot
+                    // run on a worker.
+                    None => lake_tables_only = false,
                 }
             }
             Ok(TreeNodeRecursion::Continue)
         });
-        bytes >= self.settings.threshold_bytes
+        lake_tables_only && bytes >= self.settings.threshold_bytes
     }
 
     /// `ctx` as a distributed session: the same catalog, functions, rules and limits, planned by

@@ -221,6 +221,10 @@ async fn distributed_scan_runs_on_every_worker() {
         }
     }
     assert_eq!(seen, (0..6).collect(), "every fragment read once:\n{plan}");
+    // A statement that also reads what only this process has (information_schema) runs here.
+    let sql = "SELECT count(*) FROM information_schema.tables i JOIN d.t ON d.t.id = 1 \
+               WHERE i.table_schema = 'd'";
+    assert_eq!(answer(&client, sql).await, vec!["1".to_owned()]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -15,8 +15,7 @@ use std::time::Duration;
 
 use lake_runtime::engine::{Engine, Warehouse};
 use lake_runtime::flight::{
-    self, Candidates, DistributedSettings, Distribution, Peers, WorkerIdentity, bind_worker,
-    serve_worker,
+    self, Candidates, DistributedSettings, Distribution, Peers, WorkerIdentity, serve_worker,
 };
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
@@ -122,7 +121,9 @@ pub(crate) async fn run(
     let plan = crate::local_plan(data)?;
     let engine = Engine::pinned(Warehouse::Local(plan.query().warehouse().into()));
     let identity = WorkerIdentity::from_dir(identity)?;
-    let listener = bind_worker(addr).await.map_err(listen(addr))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(listen(addr))?;
     let bound = listener.local_addr().map_err(listen(addr))?;
     {
         use std::io::Write;
@@ -153,7 +154,7 @@ pub(crate) async fn serve_cluster_worker(
         Path::new(&config.ca_file),
         &config.worker_name,
     )?;
-    let listener = bind_worker(config.worker_addr)
+    let listener = tokio::net::TcpListener::bind(config.worker_addr)
         .await
         .map_err(listen(config.worker_addr))?;
     tracing::info!(addr = %config.worker_addr, "serving the worker port");

@@ -62,6 +62,38 @@ impl MaintainArgs {
     }
 }
 
+/// The limits of one process's statements (`lake local`'s endpoints, and its workers).
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// Memory all queries of one endpoint may hold together, MiB [default: 1024].
+    #[arg(long, env = "LAKE_MEMORY_LIMIT_MB")]
+    memory_limit_mb: Option<u64>,
+    /// Memory one query may hold, MiB [default: 512].
+    #[arg(long, env = "LAKE_QUERY_MEMORY_LIMIT_MB")]
+    query_memory_limit_mb: Option<u64>,
+    /// How long one query may run, seconds [default: 600].
+    #[arg(long, env = "LAKE_QUERY_TIMEOUT_SECONDS")]
+    query_timeout_seconds: Option<u64>,
+    /// Queries each endpoint runs at once [default: 32].
+    #[arg(long, env = "LAKE_MAX_CONCURRENT_QUERIES")]
+    max_concurrent_queries: Option<u64>,
+    /// Disk all queries of one endpoint may spill to together, MiB [default: 8192].
+    #[arg(long, env = "LAKE_SPILL_LIMIT_MB")]
+    spill_limit_mb: Option<u64>,
+}
+
+impl LimitArgs {
+    fn configured(&self) -> lake_common::config::Limits {
+        lake_common::config::Limits {
+            memory_mb: self.memory_limit_mb,
+            query_memory_mb: self.query_memory_limit_mb,
+            query_timeout_seconds: self.query_timeout_seconds,
+            max_concurrent_queries: self.max_concurrent_queries,
+            spill_mb: self.spill_limit_mb,
+        }
+    }
+}
+
 /// When the query endpoint spreads a statement over its workers.
 #[derive(clap::Args)]
 struct DistributedArgs {
@@ -115,24 +147,11 @@ enum Command {
         /// After SIGTERM or SIGINT, how long calls in flight may take to finish (seconds).
         #[arg(long, default_value_t = 25)]
         shutdown_grace: u64,
-        /// Memory all queries of one endpoint may hold together, MiB [default: 1024].
-        #[arg(long, env = "LAKE_MEMORY_LIMIT_MB")]
-        memory_limit_mb: Option<u64>,
-        /// Memory one query may hold, MiB [default: 512].
-        #[arg(long, env = "LAKE_QUERY_MEMORY_LIMIT_MB")]
-        query_memory_limit_mb: Option<u64>,
-        /// How long one query may run, seconds [default: 600].
-        #[arg(long, env = "LAKE_QUERY_TIMEOUT_SECONDS")]
-        query_timeout_seconds: Option<u64>,
-        /// Queries each endpoint runs at once [default: 32].
-        #[arg(long, env = "LAKE_MAX_CONCURRENT_QUERIES")]
-        max_concurrent_queries: Option<u64>,
+        #[command(flatten)]
+        limits: LimitArgs,
         /// Where queries spill (created if missing) [default: the system temp directory].
         #[arg(long, env = "LAKE_SPILL_DIR")]
         spill_dir: Option<PathBuf>,
-        /// Disk all queries of one endpoint may spill to together, MiB [default: 8192].
-        #[arg(long, env = "LAKE_SPILL_LIMIT_MB")]
-        spill_limit_mb: Option<u64>,
         /// Serve TLS with this PEM certificate chain (needs --tls-key).
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -144,10 +163,10 @@ enum Command {
         maintain_every_minutes: u64,
         #[command(flatten)]
         maintain: MaintainArgs,
-        /// Start this many query worker processes and spread large statements over them
-        /// (distributed query; docs/guides/distributed.md); 0: none.
-        #[arg(long, default_value_t = 0)]
-        query_workers: usize,
+        /// Start this many query worker processes (at most 64) and spread large statements
+        /// over them (distributed query; docs/guides/distributed.md); 0: none.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=64))]
+        query_workers: u8,
         #[command(flatten)]
         distributed: DistributedArgs,
     },
@@ -161,14 +180,8 @@ enum Command {
         identity: PathBuf,
         #[arg(long, default_value = "127.0.0.1:0")]
         addr: SocketAddr,
-        #[arg(long, env = "LAKE_MEMORY_LIMIT_MB")]
-        memory_limit_mb: Option<u64>,
-        #[arg(long, env = "LAKE_QUERY_MEMORY_LIMIT_MB")]
-        query_memory_limit_mb: Option<u64>,
-        #[arg(long, env = "LAKE_QUERY_TIMEOUT_SECONDS")]
-        query_timeout_seconds: Option<u64>,
-        #[arg(long, env = "LAKE_SPILL_LIMIT_MB")]
-        spill_limit_mb: Option<u64>,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// One maintenance pass over every table: compact small fragments and every fragment holding
     /// deleted rows (deleted rows leave storage), remove versions outside the retention with
@@ -270,12 +283,8 @@ fn main() -> ExitCode {
                 metadata_token_file,
                 token_file,
                 shutdown_grace,
-                memory_limit_mb,
-                query_memory_limit_mb,
-                query_timeout_seconds,
-                max_concurrent_queries,
+                limits,
                 spill_dir,
-                spill_limit_mb,
                 tls_cert,
                 tls_key,
                 maintain_every_minutes,
@@ -283,13 +292,7 @@ fn main() -> ExitCode {
                 query_workers,
                 distributed,
             } => {
-                let configured = lake_common::config::Limits {
-                    memory_mb: memory_limit_mb,
-                    query_memory_mb: query_memory_limit_mb,
-                    query_timeout_seconds,
-                    max_concurrent_queries,
-                    spill_mb: spill_limit_mb,
-                };
+                let configured = limits.configured();
                 if let Err(name) = configured.fields_are_positive() {
                     return Err(Failure::NotPositive(name));
                 }
@@ -344,7 +347,7 @@ fn main() -> ExitCode {
                     )
                 });
                 let workers = (query_workers > 0).then(|| LocalWorkers {
-                    count: query_workers,
+                    count: usize::from(query_workers),
                     limits: configured.clone(),
                     settings: distributed.settings(),
                 });
@@ -365,19 +368,9 @@ fn main() -> ExitCode {
                 data,
                 identity,
                 addr,
-                memory_limit_mb,
-                query_memory_limit_mb,
-                query_timeout_seconds,
-                spill_limit_mb,
+                limits,
             } => {
-                let configured = lake_common::config::Limits {
-                    memory_mb: memory_limit_mb,
-                    query_memory_mb: query_memory_limit_mb,
-                    query_timeout_seconds,
-                    max_concurrent_queries: None,
-                    spill_mb: spill_limit_mb,
-                };
-                let limits = flight::Limits::resolve(&configured, None);
+                let limits = flight::Limits::resolve(&limits.configured(), None);
                 local_workers::run(&data, &identity, addr, limits).await
             }
             Command::Maintain {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
+use lake_client::{IngestMode, LakeClient};
 use tpchgen::generators::{
     CustomerGenerator, LineItemGenerator, NationGenerator, OrderGenerator, PartGenerator,
     PartSuppGenerator, RegionGenerator, SupplierGenerator,
@@ -112,41 +113,44 @@ pub fn schema_of(table: &str) -> SchemaRef {
     }
 }
 
+/// A generator's rows as TPC-H prints them.
+fn lines<T: std::fmt::Display>(rows: impl Iterator<Item = T>) -> Vec<String> {
+    rows.map(|r| r.to_string()).collect()
+}
+
+/// Loads `tables` (name, commits) at `scale` into schema `tpch` through `client`'s ingest, each
+/// table in its number of commits (fragments), creating the schema first.
+pub async fn load(client: &LakeClient, scale: f64, tables: &[(&str, i32)]) {
+    client
+        .execute("CREATE SCHEMA tpch")
+        .await
+        .unwrap_or_else(|e| panic!("CREATE SCHEMA tpch: {e}"));
+    for &(table, parts) in tables {
+        for part in 1..=parts {
+            let mode = if part == 1 {
+                IngestMode::Create
+            } else {
+                IngestMode::Append
+            };
+            client
+                .ingest("tpch", table, mode, generate(table, scale, part, parts))
+                .await
+                .unwrap_or_else(|e| panic!("loading tpch.{table} part {part}: {e}"));
+        }
+    }
+}
+
 /// Part `part` (1-based) of `parts` of `table` at `scale`, as batches of [`schema_of`].
 pub fn generate(table: &str, scale: f64, part: i32, parts: i32) -> Vec<RecordBatch> {
-    let rows: Vec<String> = match table {
-        "region" => RegionGenerator::new(scale, part, parts)
-            .iter()
-            .map(|r| r.to_string())
-            .collect(),
-        "nation" => NationGenerator::new(scale, part, parts)
-            .iter()
-            .map(|r| r.to_string())
-            .collect(),
-        "supplier" => SupplierGenerator::new(scale, part, parts)
-            .iter()
-            .map(|r| r.to_string())
-            .collect(),
-        "customer" => CustomerGenerator::new(scale, part, parts)
-            .iter()
-            .map(|r| r.to_string())
-            .collect(),
-        "part" => PartGenerator::new(scale, part, parts)
-            .iter()
-            .map(|r| r.to_string())
-            .collect(),
-        "partsupp" => PartSuppGenerator::new(scale, part, parts)
-            .iter()
-            .map(|r| r.to_string())
-            .collect(),
-        "orders" => OrderGenerator::new(scale, part, parts)
-            .iter()
-            .map(|r| r.to_string())
-            .collect(),
-        "lineitem" => LineItemGenerator::new(scale, part, parts)
-            .iter()
-            .map(|r| r.to_string())
-            .collect(),
+    let rows = match table {
+        "region" => lines(RegionGenerator::new(scale, part, parts).iter()),
+        "nation" => lines(NationGenerator::new(scale, part, parts).iter()),
+        "supplier" => lines(SupplierGenerator::new(scale, part, parts).iter()),
+        "customer" => lines(CustomerGenerator::new(scale, part, parts).iter()),
+        "part" => lines(PartGenerator::new(scale, part, parts).iter()),
+        "partsupp" => lines(PartSuppGenerator::new(scale, part, parts).iter()),
+        "orders" => lines(OrderGenerator::new(scale, part, parts).iter()),
+        "lineitem" => lines(LineItemGenerator::new(scale, part, parts).iter()),
         other => panic!("no TPC-H table {other}"),
     };
     // TPC-H's rows: `|`-separated, each ending in `|`.

@@ -241,20 +241,24 @@ pub struct Engine {
     session: Arc<Session>,
 }
 
+/// An engine's Lance session: its caches of manifests, file metadata and indices.
+fn new_session() -> Arc<Session> {
+    Arc::new(Session::new(
+        INDEX_CACHE_BYTES,
+        METADATA_CACHE_BYTES,
+        Arc::new(ObjectStoreRegistry::default()),
+    ))
+}
+
 impl Engine {
     fn with_store(warehouse: Warehouse, store: Arc<dyn ExternalManifestStore>) -> Self {
         let handler = Arc::new(ExternalManifestCommitHandler {
             external_manifest_store: store,
         });
-        let session = Arc::new(Session::new(
-            INDEX_CACHE_BYTES,
-            METADATA_CACHE_BYTES,
-            Arc::new(ObjectStoreRegistry::default()),
-        ));
         Self {
             warehouse,
             handler,
-            session,
+            session: new_session(),
         }
     }
 
@@ -280,15 +284,10 @@ impl Engine {
 
     /// A worker's engine over `warehouse` alone (a worker process of `lake local`).
     pub fn pinned(warehouse: Warehouse) -> Self {
-        let session = Arc::new(Session::new(
-            INDEX_CACHE_BYTES,
-            METADATA_CACHE_BYTES,
-            Arc::new(ObjectStoreRegistry::default()),
-        ));
         Self {
             warehouse,
             handler: Arc::new(pinned::PinnedReads),
-            session,
+            session: new_session(),
         }
     }
 

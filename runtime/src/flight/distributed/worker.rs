@@ -1,7 +1,6 @@
 //! The worker side of distributed query: a gRPC service on its own port, over mutual TLS, that
 //! runs the stages it is sent as the query role would — read-only, within the process's limits.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -133,9 +132,4 @@ pub async fn serve_worker(
         .serve_with_incoming_shutdown(incoming, shutdown.requested())
         .await?;
     Ok(())
-}
-
-/// Binds the worker port.
-pub async fn bind_worker(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await
 }

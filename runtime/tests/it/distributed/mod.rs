@@ -101,6 +101,32 @@ async fn answer(client: &LakeClient, sql: &str) -> Vec<String> {
     )
 }
 
+/// `<schema>.t (id BIGINT, <group> BIGINT)` with ids 1..=6·rows and `group` = id % `modulo`,
+/// in six commits (six fragments of `rows` rows each), the schema created first.
+async fn six_commits(client: &LakeClient, schema: &str, group: &str, rows: i64, modulo: i64) {
+    client
+        .execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    client
+        .execute(&format!(
+            "CREATE TABLE {schema}.t (id BIGINT, {group} BIGINT)"
+        ))
+        .await
+        .unwrap();
+    for i in 0..6 {
+        client
+            .execute(&format!(
+                "INSERT INTO {schema}.t SELECT value, value % {modulo} \
+                 FROM generate_series({}, {})",
+                i * rows + 1,
+                (i + 1) * rows
+            ))
+            .await
+            .unwrap();
+    }
+}
+
 /// The text of `EXPLAIN ANALYZE sql` (the plan as it ran, stage by stage).
 async fn analyzed(client: &LakeClient, sql: &str) -> String {
     let batches = batches(client, &format!("EXPLAIN ANALYZE {sql}"))
@@ -183,22 +209,7 @@ async fn distributed_results_equal_single_node() {
 async fn distributed_scan_runs_on_every_worker() {
     let lake = start(&distributed(3));
     let client = client(&lake).await;
-    client.execute("CREATE SCHEMA d").await.unwrap();
-    client
-        .execute("CREATE TABLE d.t (id BIGINT, g BIGINT)")
-        .await
-        .unwrap();
-    // Six commits: six fragments.
-    for i in 0..6 {
-        client
-            .execute(&format!(
-                "INSERT INTO d.t SELECT value, value % 7 FROM generate_series({}, {})",
-                i * 1000 + 1,
-                (i + 1) * 1000
-            ))
-            .await
-            .unwrap();
-    }
+    six_commits(&client, "d", "g", 1000, 7).await;
     let sql = "SELECT count(*), count(DISTINCT id), sum(id) FROM d.t WHERE g <> 99";
     assert_eq!(
         answer(&client, sql).await,
@@ -235,21 +246,7 @@ async fn distributed_reads_one_version() {
     const H: i64 = 3000;
     let lake = start(&distributed(3));
     let client = client(&lake).await;
-    client.execute("CREATE SCHEMA v").await.unwrap();
-    client
-        .execute("CREATE TABLE v.t (id BIGINT)")
-        .await
-        .unwrap();
-    for i in 0..6 {
-        client
-            .execute(&format!(
-                "INSERT INTO v.t SELECT value FROM generate_series({}, {})",
-                i * 1000 + 1,
-                (i + 1) * 1000
-            ))
-            .await
-            .unwrap();
-    }
+    six_commits(&client, "v", "g", 1000, 1).await;
     let writer = {
         let client = client.clone();
         tokio::spawn(async move {
@@ -300,21 +297,7 @@ fn worker_pids(lake: &LocalLake) -> Vec<i32> {
 async fn distributed_worker_loss_fails_cleanly() {
     let lake = start(&distributed(3));
     let client = client(&lake).await;
-    client.execute("CREATE SCHEMA w").await.unwrap();
-    client
-        .execute("CREATE TABLE w.t (id BIGINT, k BIGINT)")
-        .await
-        .unwrap();
-    for i in 0..6 {
-        client
-            .execute(&format!(
-                "INSERT INTO w.t SELECT value, value % 2 FROM generate_series({}, {})",
-                i * 4000 + 1,
-                (i + 1) * 4000
-            ))
-            .await
-            .unwrap();
-    }
+    six_commits(&client, "w", "k", 4000, 2).await;
     let pids = worker_pids(&lake);
     assert_eq!(pids.len(), 3, "three worker processes");
     // A join of 288 million rows (seconds): long enough to lose a worker in the middle of it.
@@ -370,21 +353,7 @@ async fn distributed_workers_keep_the_statement_limits() {
     flags.extend(["--query-memory-limit-mb".to_owned(), "64".to_owned()]);
     let lake = start(&flags);
     let client = client(&lake).await;
-    client.execute("CREATE SCHEMA m").await.unwrap();
-    client
-        .execute("CREATE TABLE m.t (id BIGINT, g BIGINT)")
-        .await
-        .unwrap();
-    for i in 0..6 {
-        client
-            .execute(&format!(
-                "INSERT INTO m.t SELECT value, value % 2 FROM generate_series({}, {})",
-                i * 1000 + 1,
-                (i + 1) * 1000
-            ))
-            .await
-            .unwrap();
-    }
+    six_commits(&client, "m", "g", 1000, 2).await;
     // The side holding the values is small (20 rows: the join's own memory is a few hundred
     // KiB); each of its rows meets 3000 of the other side.
     let sql = "SELECT max(length(a.s)) FROM \
@@ -430,21 +399,7 @@ fn cpu_ticks(pids: &[i32]) -> u64 {
 async fn distributed_cancel_stops_every_worker() {
     let lake = start(&distributed(3));
     let client = client(&lake).await;
-    client.execute("CREATE SCHEMA x").await.unwrap();
-    client
-        .execute("CREATE TABLE x.t (id BIGINT, k BIGINT)")
-        .await
-        .unwrap();
-    for i in 0..6 {
-        client
-            .execute(&format!(
-                "INSERT INTO x.t SELECT value, value % 2 FROM generate_series({}, {})",
-                i * 4000 + 1,
-                (i + 1) * 4000
-            ))
-            .await
-            .unwrap();
-    }
+    six_commits(&client, "x", "k", 4000, 2).await;
     let pids = worker_pids(&lake);
     assert_eq!(pids.len(), 3);
     let slow = "SELECT count(*) FROM x.t a JOIN x.t b ON a.k = b.k";
@@ -475,5 +430,23 @@ async fn distributed_cancel_stops_every_worker() {
     assert!(
         after <= 10,
         "the workers went on after the statement was cancelled ({after} ticks in 1 s, {busy} before)"
+    );
+}
+
+#[test]
+fn lake_local_starts_at_most_64_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args(["local", "--data"])
+        .arg(dir.path())
+        .args(["--query-workers", "65"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "65 workers were accepted");
+    assert!(stderr.contains("--query-workers"), "{stderr}");
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "a refused start wrote to the data directory"
     );
 }

@@ -9,7 +9,7 @@ use lake_common::config::{
 use lake_common::plan::Role;
 use lake_runtime::flight::{LOCAL_WORKER_NAME, WorkerIdentity};
 
-use super::{analyzed, answer, scan_tasks};
+use super::{analyzed, answer, scan_tasks, six_commits};
 use crate::support::{CloudLake, Served};
 
 /// A port free on 127.0.0.1 now (each process listens on it at its own loopback address, as
@@ -64,21 +64,7 @@ async fn distributed_query_processes_serve_each_other() {
         lake_client::LakeClient::with_stage(&queries[0].endpoint, stage, Default::default())
             .await
             .unwrap();
-    client.execute("CREATE SCHEMA c").await.unwrap();
-    client
-        .execute("CREATE TABLE c.t (id BIGINT, g BIGINT)")
-        .await
-        .unwrap();
-    for i in 0..6 {
-        client
-            .execute(&format!(
-                "INSERT INTO c.t SELECT value, value % 5 FROM generate_series({}, {})",
-                i * 500 + 1,
-                (i + 1) * 500
-            ))
-            .await
-            .unwrap();
-    }
+    six_commits(&client, "c", "g", 500, 5).await;
     let sql = "SELECT count(*), count(DISTINCT id), sum(id) FROM c.t WHERE g <> 7";
     // Each process finds its peers within a check (a second) of their start.
     let mut tasks = 0;

@@ -82,6 +82,9 @@ pub fn runtime_config(cluster: &ValidatedCluster, role: Role) -> RuntimeConfig {
     if cluster.tls == crate::crd::TlsMode::Operator {
         config.tls = Some(crate::plan::tls::files());
     }
+    if role == Role::Query && cluster.local_volume.is_none() {
+        config.distributed = crate::plan::distributed::config(cluster);
+    }
     config
 }
 

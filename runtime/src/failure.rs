@@ -26,6 +26,8 @@ pub(crate) enum Failure {
     Tokens(#[from] flight::TokenFileError),
     #[error(transparent)]
     Tls(#[from] flight::TlsError),
+    #[error("distributed query: {0}")]
+    Discovery(#[from] flight::DiscoveryError),
     #[error("cannot read the CA certificate: {0}")]
     Ca(#[source] std::io::Error),
     #[error("cannot read the SQL from standard input: {0}")]

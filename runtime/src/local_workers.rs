@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use lake_runtime::engine::{Engine, Warehouse};
 use lake_runtime::flight::{
-    self, Candidates, DistributedSettings, Distribution, Peers, WorkerIdentity, serve_worker,
+    self, Candidates, DistributedSettings, Distribution, Peers, WorkerIdentity, kubernetes,
+    serve_worker,
 };
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
@@ -190,6 +191,12 @@ pub(crate) async fn serve_cluster_worker(
             name: name.clone(),
             port: *port,
         },
+        peers @ (WorkerPeers::EndpointSlices { .. } | WorkerPeers::Pods { .. }) => {
+            // The contract requires the directory with these peers.
+            let dir = config.kubernetes_dir.as_deref().unwrap_or_default();
+            let client = kubernetes::client(Path::new(dir))?;
+            Candidates::Kubernetes(kubernetes::watch(client, peers)?)
+        }
     };
     let distribution = Distribution::new(settings, Peers::fixed(Vec::new()), identity);
     distribution.watch(candidates, WATCH_EVERY);

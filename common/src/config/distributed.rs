@@ -16,9 +16,15 @@ pub const LAKE_WORKER_KEY_FILE: &str = "LAKE_WORKER_KEY_FILE";
 pub const LAKE_WORKER_CA_FILE: &str = "LAKE_WORKER_CA_FILE";
 /// The name worker certificates are issued for (checked when connecting to a peer).
 pub const LAKE_WORKER_NAME: &str = "LAKE_WORKER_NAME";
-/// The peers: `https://host:port` URLs separated by commas, or `dns:<name>:<port>` (every
-/// address the name resolves to, looked up again every few seconds: a headless Service).
+/// The peers: `https://host:port` URLs separated by commas, `dns:<name>:<port>` (every
+/// address the name resolves to, looked up again every few seconds), or from the Kubernetes
+/// API: `endpointslices:<service>:<port>` (the ready endpoints of a headless Service, watched)
+/// or `pods:<port>:<label selector>` (the ready pods the selector names, watched).
 pub const LAKE_WORKERS: &str = "LAKE_WORKERS";
+/// Where the Kubernetes API identity of a query pod is (`token`, `ca.crt`, `namespace`: a
+/// projected volume), for peers found through the API; its address is the kubelet's
+/// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
+pub const LAKE_KUBERNETES_DIR: &str = "LAKE_KUBERNETES_DIR";
 /// A statement whose tables hold fewer MiB runs on the process that received it.
 pub const LAKE_DISTRIBUTED_THRESHOLD_MB: &str = "LAKE_DISTRIBUTED_THRESHOLD_MB";
 /// The most workers one statement uses.
@@ -26,13 +32,14 @@ pub const LAKE_DISTRIBUTED_MAX_WORKERS: &str = "LAKE_DISTRIBUTED_MAX_WORKERS";
 /// MiB of data files one scan task reads, about.
 pub const LAKE_DISTRIBUTED_TASK_MB: &str = "LAKE_DISTRIBUTED_TASK_MB";
 
-pub(super) const VARS: [&str; 9] = [
+pub(super) const VARS: [&str; 10] = [
     LAKE_WORKER_ADDR,
     LAKE_WORKER_CERT_FILE,
     LAKE_WORKER_KEY_FILE,
     LAKE_WORKER_CA_FILE,
     LAKE_WORKER_NAME,
     LAKE_WORKERS,
+    LAKE_KUBERNETES_DIR,
     LAKE_DISTRIBUTED_THRESHOLD_MB,
     LAKE_DISTRIBUTED_MAX_WORKERS,
     LAKE_DISTRIBUTED_TASK_MB,
@@ -47,6 +54,35 @@ pub enum Peers {
         name: String,
         port: u16,
     },
+    /// The ready, not terminating endpoints of the Service `service` (its EndpointSlices).
+    EndpointSlices {
+        service: String,
+        port: u16,
+    },
+    /// The ready pods `selector` (a label selector) names, not being deleted.
+    Pods {
+        selector: String,
+        port: u16,
+    },
+}
+
+impl Peers {
+    /// Whether they are found through the Kubernetes API.
+    pub fn from_kubernetes(&self) -> bool {
+        matches!(self, Self::EndpointSlices { .. } | Self::Pods { .. })
+    }
+}
+
+impl std::fmt::Display for Peers {
+    /// As `LAKE_WORKERS` spells them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Urls(urls) => f.write_str(&urls.join(",")),
+            Self::Dns { name, port } => write!(f, "dns:{name}:{port}"),
+            Self::EndpointSlices { service, port } => write!(f, "endpointslices:{service}:{port}"),
+            Self::Pods { selector, port } => write!(f, "pods:{port}:{selector}"),
+        }
+    }
 }
 
 /// A query process's distributed query configuration.
@@ -58,6 +94,8 @@ pub struct DistributedConfig {
     pub ca_file: String,
     pub worker_name: String,
     pub peers: Peers,
+    /// The Kubernetes API identity's directory (peers found through the API only).
+    pub kubernetes_dir: Option<String>,
     pub threshold_mb: Option<u64>,
     pub max_workers: Option<u64>,
     pub task_mb: Option<u64>,
@@ -72,14 +110,11 @@ impl DistributedConfig {
             (LAKE_WORKER_KEY_FILE, self.key_file.clone()),
             (LAKE_WORKER_CA_FILE, self.ca_file.clone()),
             (LAKE_WORKER_NAME, self.worker_name.clone()),
-            (
-                LAKE_WORKERS,
-                match &self.peers {
-                    Peers::Urls(urls) => urls.join(","),
-                    Peers::Dns { name, port } => format!("dns:{name}:{port}"),
-                },
-            ),
+            (LAKE_WORKERS, self.peers.to_string()),
         ];
+        if let Some(dir) = &self.kubernetes_dir {
+            vars.push((LAKE_KUBERNETES_DIR, dir.clone()));
+        }
         for (name, value) in [
             (LAKE_DISTRIBUTED_THRESHOLD_MB, self.threshold_mb),
             (LAKE_DISTRIBUTED_MAX_WORKERS, self.max_workers),
@@ -136,6 +171,18 @@ impl DistributedConfig {
         let ca = required(LAKE_WORKER_CA_FILE, "the cluster CA", errors);
         let name = required(LAKE_WORKER_NAME, "the worker certificates' name", errors);
         let peers = required(LAKE_WORKERS, "its peers", errors).and_then(|p| peers(p, errors));
+        let kubernetes_dir = get(LAKE_KUBERNETES_DIR).map(str::to_owned);
+        match (&peers, &kubernetes_dir) {
+            (Some(p), None) if p.from_kubernetes() => errors.push(missing(
+                LAKE_KUBERNETES_DIR,
+                &format!("{LAKE_WORKERS}={p} finds peers through the Kubernetes API"),
+            )),
+            (Some(p), Some(_)) if !p.from_kubernetes() => errors.push(PlanError::NotAllowed {
+                field: LAKE_KUBERNETES_DIR.to_owned(),
+                reason: format!("{LAKE_WORKERS}={p} does not use the Kubernetes API"),
+            }),
+            _ => {}
+        }
         let number = |name: &str, errors: &mut Vec<PlanError>| {
             let value = get(name)?;
             match value.parse::<u64>() {
@@ -163,6 +210,7 @@ impl DistributedConfig {
             ca_file: ca?.to_owned(),
             worker_name: name?.to_owned(),
             peers: peers?,
+            kubernetes_dir,
             threshold_mb,
             max_workers,
             task_mb,
@@ -171,6 +219,40 @@ impl DistributedConfig {
 }
 
 fn peers(value: &str, errors: &mut Vec<PlanError>) -> Option<Peers> {
+    if let Some(rest) = value.strip_prefix("endpointslices:") {
+        let parsed = rest
+            .rsplit_once(':')
+            .and_then(|(service, port)| Some((service, port.parse::<u16>().ok()?)))
+            .filter(|(service, _)| is_dns_label(service));
+        if parsed.is_none() {
+            errors.push(invalid(
+                LAKE_WORKERS,
+                value,
+                "must be endpointslices:<service>:<port>, the Service a DNS label",
+            ));
+        }
+        return parsed.map(|(service, port)| Peers::EndpointSlices {
+            service: service.to_owned(),
+            port,
+        });
+    }
+    if let Some(rest) = value.strip_prefix("pods:") {
+        let parsed = rest
+            .split_once(':')
+            .and_then(|(port, selector)| Some((port.parse::<u16>().ok()?, selector)))
+            .filter(|(_, selector)| !selector.trim().is_empty());
+        if parsed.is_none() {
+            errors.push(invalid(
+                LAKE_WORKERS,
+                value,
+                "must be pods:<port>:<label selector>, the selector not empty",
+            ));
+        }
+        return parsed.map(|(port, selector)| Peers::Pods {
+            selector: selector.to_owned(),
+            port,
+        });
+    }
     if let Some(rest) = value.strip_prefix("dns:") {
         let parsed = rest
             .rsplit_once(':')
@@ -196,9 +278,19 @@ fn peers(value: &str, errors: &mut Vec<PlanError>) -> Option<Peers> {
             LAKE_WORKERS,
             bad,
             "peers are https:// URLs (the worker port is mutual TLS), separated by commas, \
-             or dns:<name>:<port>",
+             dns:<name>:<port>, endpointslices:<service>:<port> or pods:<port>:<selector>",
         ));
         return None;
     }
     Some(Peers::Urls(urls))
+}
+
+/// A Service name: lowercase letters, digits and `-`, at most 63, starting with a letter.
+fn is_dns_label(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }

@@ -21,8 +21,9 @@ mod limits;
 mod maintenance;
 pub use distributed::{
     DistributedConfig, LAKE_DISTRIBUTED_MAX_WORKERS, LAKE_DISTRIBUTED_TASK_MB,
-    LAKE_DISTRIBUTED_THRESHOLD_MB, LAKE_WORKER_ADDR, LAKE_WORKER_CA_FILE, LAKE_WORKER_CERT_FILE,
-    LAKE_WORKER_KEY_FILE, LAKE_WORKER_NAME, LAKE_WORKERS, Peers as WorkerPeers,
+    LAKE_DISTRIBUTED_THRESHOLD_MB, LAKE_KUBERNETES_DIR, LAKE_WORKER_ADDR, LAKE_WORKER_CA_FILE,
+    LAKE_WORKER_CERT_FILE, LAKE_WORKER_KEY_FILE, LAKE_WORKER_NAME, LAKE_WORKERS,
+    Peers as WorkerPeers,
 };
 pub use limits::Limits;
 pub use maintenance::{MAINTENANCE_ROLE, MaintenanceConfig};
@@ -59,7 +60,7 @@ pub const LAKE_SPILL_DIR: &str = "LAKE_SPILL_DIR";
 pub const LAKE_SPILL_LIMIT_MB: &str = "LAKE_SPILL_LIMIT_MB";
 
 /// Every variable of the contract.
-pub const ALL_VARS: [&str; 30] = [
+pub const ALL_VARS: [&str; 31] = [
     LAKE_ROLE,
     LAKE_WAREHOUSE,
     LAKE_STAGE,
@@ -87,6 +88,7 @@ pub const ALL_VARS: [&str; 30] = [
     LAKE_WORKER_CA_FILE,
     LAKE_WORKER_NAME,
     LAKE_WORKERS,
+    LAKE_KUBERNETES_DIR,
     LAKE_DISTRIBUTED_THRESHOLD_MB,
     LAKE_DISTRIBUTED_MAX_WORKERS,
     LAKE_DISTRIBUTED_TASK_MB,

@@ -275,7 +275,18 @@ fn distributed_query_is_all_or_nothing_and_the_query_roles_only() {
             name: "lake-a-workers.ns.svc".into(),
             port: 8817,
         },
+        WorkerPeers::EndpointSlices {
+            service: "lake-a-workers".into(),
+            port: 8817,
+        },
+        WorkerPeers::Pods {
+            selector: "app.kubernetes.io/instance=a,app.kubernetes.io/component=query".into(),
+            port: 8817,
+        },
     ] {
+        let kubernetes_dir = peers
+            .from_kubernetes()
+            .then(|| "/var/run/secrets/lake-kubernetes".to_owned());
         config.distributed = Some(DistributedConfig {
             worker_addr: "0.0.0.0:8817".parse().unwrap(),
             cert_file: "/worker/tls.crt".into(),
@@ -283,6 +294,7 @@ fn distributed_query_is_all_or_nothing_and_the_query_roles_only() {
             ca_file: "/worker/ca.crt".into(),
             worker_name: "lake-a-workers".into(),
             peers,
+            kubernetes_dir,
             threshold_mb: Some(128),
             max_workers: None,
             task_mb: Some(32),
@@ -312,6 +324,31 @@ fn distributed_query_is_all_or_nothing_and_the_query_roles_only() {
         "{errs}"
     );
     assert!(errs.to_string().contains("https://"), "{errs}");
+    // Peers from the Kubernetes API need its identity, and only they may have one.
+    let base = [
+        (LAKE_ROLE, "query"),
+        (LAKE_WAREHOUSE, "/data"),
+        (LAKE_WORKER_ADDR, "0.0.0.0:8817"),
+        (LAKE_WORKER_CERT_FILE, "/w/tls.crt"),
+        (LAKE_WORKER_KEY_FILE, "/w/tls.key"),
+        (LAKE_WORKER_CA_FILE, "/w/ca.crt"),
+        (LAKE_WORKER_NAME, "w"),
+    ];
+    for (peers, dir, field) in [
+        ("endpointslices:w:8817", None, LAKE_KUBERNETES_DIR),
+        ("https://10.0.0.1:8817", Some("/k"), LAKE_KUBERNETES_DIR),
+        ("endpointslices:W_x:8817", Some("/k"), LAKE_WORKERS),
+        ("pods:8817:", Some("/k"), LAKE_WORKERS),
+        ("pods:x:a=b", Some("/k"), LAKE_WORKERS),
+    ] {
+        let vars = base
+            .into_iter()
+            .chain([(LAKE_WORKERS, peers)])
+            .chain(dir.map(|d| (LAKE_KUBERNETES_DIR, d)));
+        let errs = RuntimeConfig::from_vars(vars).unwrap_err();
+        let fields: Vec<&str> = errs.iter().flat_map(|e| e.fields()).collect();
+        assert_eq!(fields, [field], "{peers} {dir:?}: {errs}");
+    }
     // Never on metadata.
     let errs = RuntimeConfig::from_vars([
         (LAKE_ROLE, "metadata"),

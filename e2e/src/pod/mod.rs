@@ -137,6 +137,9 @@ pub struct NodeSettings {
     pub aws_endpoint: Option<String>,
     /// `AWS_REGION` for pods with workload identity.
     pub aws_region: String,
+    /// The API server (`https://host:port`), given to every pod as the kubelet does
+    /// (`KUBERNETES_SERVICE_HOST`, `KUBERNETES_SERVICE_PORT`).
+    pub api_server: Option<String>,
 }
 
 /// The binary an image runs.
@@ -379,6 +382,15 @@ fn node_env(
     env.insert("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned());
     if let Some(endpoint) = &settings.aws_endpoint {
         env.insert("AWS_ENDPOINT_URL".to_owned(), endpoint.clone());
+    }
+    let api = settings.api_server.as_deref().and_then(|s| {
+        let authority = s.strip_prefix("https://")?.trim_end_matches('/');
+        authority.rsplit_once(':')
+    });
+    if let Some((host, port)) = api {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        env.insert("KUBERNETES_SERVICE_HOST".to_owned(), host.to_owned());
+        env.insert("KUBERNETES_SERVICE_PORT".to_owned(), port.to_owned());
     }
     if let Some((role, token)) = &inputs.irsa {
         let path = Path::new("irsa").join("token");

@@ -7,6 +7,7 @@ fn settings() -> NodeSettings {
         binaries: PathBuf::from("/build"),
         aws_endpoint: Some("http://127.0.0.1:5000".into()),
         aws_region: "eu-west-1".into(),
+        api_server: Some("https://127.0.0.1:6443".into()),
     }
 }
 

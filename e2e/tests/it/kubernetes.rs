@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod apply;
+mod distributed;
 mod maintenance;
 mod rollout;
 mod storage;
@@ -32,6 +33,7 @@ fn agent() -> &'static NodeAgent {
                 binaries: binaries(),
                 aws_endpoint: Some(moto().endpoint().to_owned()),
                 aws_region: Moto::REGION.to_owned(),
+                api_server: Some(control_plane().server().to_owned()),
             },
         )
     })
@@ -239,6 +241,17 @@ impl Lake {
 
     /// With `iam_extra` (YAML lines under `spec.iam:`, indented four spaces) too.
     fn apply_with_iam(name: &str, aws: &Aws, iam_extra: &str, spec_extra: &str) -> Self {
+        Self::apply_with_query(name, aws, iam_extra, "    replicas: 1\n", spec_extra)
+    }
+
+    /// With `query` (YAML lines under `spec.query:`, indented four spaces) too.
+    fn apply_with_query(
+        name: &str,
+        aws: &Aws,
+        iam_extra: &str,
+        query: &str,
+        spec_extra: &str,
+    ) -> Self {
         let storage = format!(
             r#"  storage:
     s3:
@@ -250,8 +263,7 @@ impl Lake {
     queryRole: {name}-query-role
     metadataRole: {name}-metadata-role
 {iam_extra}  query:
-    replicas: 1
-"#,
+{query}"#,
             region = Moto::REGION,
             endpoint = aws.endpoint,
         );

@@ -18,7 +18,7 @@ use rcgen::{
 use super::error::ApplyError;
 use crate::plan::tables::MANAGER;
 use crate::plan::tls::{
-    CA_BUNDLE, CA_KEY, EXPIRES, GENERATION, Issued, TlsPlan, VALID_FOR, cert_key,
+    CA_BUNDLE, CA_KEY, CERTS, EXPIRES, GENERATION, Issued, TlsPlan, VALID_FOR, cert_key,
 };
 
 /// How far before their issue the certificates are already valid (clock skew between the
@@ -121,13 +121,19 @@ pub async fn issued(
             .map(|bundle| ca_validity(bundle))
             .unwrap_or_default();
         let newest = cas.first().copied().flatten();
+        // Issued without the worker certificate the pods now need: renewed at once, as an
+        // expiry brought forward is.
+        let lacks_worker = lacks_worker(plan, &annotation(CERTS));
         Issued {
             generation: annotation(GENERATION).parse().unwrap_or(0),
-            expires: expiry(
-                annotation(EXPIRES).parse().ok(),
-                newest.map(|(_, not_after)| not_after),
-                legacy,
-            ),
+            expires: match lacks_worker {
+                true => Some(0),
+                false => expiry(
+                    annotation(EXPIRES).parse().ok(),
+                    newest.map(|(_, not_after)| not_after),
+                    legacy,
+                ),
+            },
             published: newest.map(|(not_before, _)| not_before.min(now())),
             before_expires: cas
                 .get(1)
@@ -136,6 +142,15 @@ pub async fn issued(
                 .map(|(_, not_after)| not_after),
         }
     }))
+}
+
+/// Whether the pods need the worker certificate and the generation the CA ConfigMap records
+/// (its certificates: `certs`, as [`CERTS`] lists them) was issued without it.
+fn lacks_worker(plan: &TlsPlan, certs: &str) -> bool {
+    plan.needs_worker
+        && !certs
+            .split(',')
+            .any(|stem| stem == crate::plan::distributed::CERT_STEM)
 }
 
 /// When the published generation's certificates expire. Anyone who may edit the ConfigMap can
@@ -225,6 +240,11 @@ fn issue(
             .push(DnType::CommonName, names[0].clone());
         leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        // Workers connect to each other with the certificate they serve (mutual TLS).
+        if stem == crate::plan::distributed::CERT_STEM {
+            leaf.extended_key_usages
+                .push(ExtendedKeyUsagePurpose::ClientAuth);
+        }
         leaf.use_authority_key_identifier_extension = true;
         validity(&mut leaf);
         let key = KeyPair::generate()?;
@@ -326,6 +346,14 @@ pub async fn ensure(
             EXPIRES.to_owned(),
             now().saturating_add(VALID_FOR.as_secs()).to_string(),
         ),
+        (
+            CERTS.to_owned(),
+            plan.certs
+                .iter()
+                .map(|(stem, _)| stem.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
     ]));
     let ca = ConfigMap {
         metadata,
@@ -373,7 +401,9 @@ mod tests {
                     Role::Metadata.to_string(),
                     vec!["dev-metadata.ns.svc".into()],
                 ),
+                ("worker".into(), vec!["dev-query-workers".into()]),
             ],
+            needs_worker: false,
         };
         let (ca, data) = issue(&plan, "ns/dev").unwrap();
         assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
@@ -385,16 +415,49 @@ mod tests {
                 "metadata.crt",
                 "metadata.key",
                 "query.crt",
-                "query.key"
+                "query.key",
+                "worker.crt",
+                "worker.key"
             ]
         );
         assert!(
             String::from_utf8_lossy(&data["query.key"].0).contains("PRIVATE KEY"),
             "a PEM key"
         );
+        // Only the worker certificate is a client's too (workers connect to each other).
+        // (The DER encodings of the serverAuth and clientAuth purposes' OIDs.)
+        let usages = |stem: &str| {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            let der = CertificateDer::from_pem_slice(&data[&format!("{stem}.crt")].0).unwrap();
+            let has = |oid: &[u8]| der.windows(oid.len()).any(|w| w == oid);
+            (
+                has(&[6, 8, 0x2b, 6, 1, 5, 5, 7, 3, 1]),
+                has(&[6, 8, 0x2b, 6, 1, 5, 5, 7, 3, 2]),
+            )
+        };
+        assert_eq!(usages("query"), (true, false));
+        assert_eq!(usages("worker"), (true, true));
         // Two issues draw two CAs: nothing is derived from anything stored.
         let (other, _) = issue(&plan, "ns/dev").unwrap();
         assert_ne!(ca, other);
+    }
+
+    /// A generation issued before the worker certificate existed is renewed once distributed
+    /// query needs it, and only then.
+    #[test]
+    fn a_generation_without_the_worker_certificate_is_renewed_when_it_is_needed() {
+        let plan = |needs_worker| TlsPlan {
+            generation: 0,
+            secret: Default::default(),
+            ca_config_map: Default::default(),
+            certs: vec![],
+            needs_worker,
+        };
+        assert!(lacks_worker(&plan(true), ""));
+        assert!(lacks_worker(&plan(true), "query,metadata"));
+        assert!(!lacks_worker(&plan(true), "query,metadata,worker"));
+        assert!(!lacks_worker(&plan(false), "query,metadata"));
     }
 
     #[test]
@@ -404,6 +467,7 @@ mod tests {
             secret: Default::default(),
             ca_config_map: Default::default(),
             certs: vec![("query".into(), vec!["q".into()])],
+            needs_worker: false,
         };
         let (ca, data) = issue(&plan, "ns/dev").unwrap();
         let newest = |bundle: &str| ca_validity(bundle).first().copied().flatten();
@@ -441,6 +505,7 @@ mod tests {
             secret: Default::default(),
             ca_config_map: Default::default(),
             certs: vec![("query".into(), vec!["q".into()])],
+            needs_worker: false,
         };
         let cas: Vec<String> = (0..5).map(|_| issue(&plan, "ns/dev").unwrap().0).collect();
         let mut published = cas[0].clone();

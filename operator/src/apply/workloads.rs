@@ -17,9 +17,11 @@ use crate::plan::workloads::Rollout;
 /// defaults and status; those are not differences).
 pub fn is_subset(desired: &Value, live: &Value) -> bool {
     match (desired, live) {
-        (Value::Object(d), Value::Object(l)) => d
-            .iter()
-            .all(|(k, v)| v.is_null() || l.get(k).is_some_and(|lv| is_subset(v, lv))),
+        (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, v)| match l.get(k) {
+            Some(lv) => v.is_null() || is_subset(v, lv),
+            // The API server leaves out an empty list (a Role without rules).
+            None => v.is_null() || v.as_array().is_some_and(Vec::is_empty),
+        }),
         (Value::Array(d), Value::Array(l)) => {
             d.len() == l.len() && d.iter().zip(l).all(|(a, b)| is_subset(a, b))
         }
@@ -102,6 +104,8 @@ pub async fn ensure(
             Object::PodDisruptionBudget(o) => ensure_one(client, namespace, o).await?,
             Object::NetworkPolicy(o) => ensure_one(client, namespace, o).await?,
             Object::CronJob(o) => ensure_one(client, namespace, o).await?,
+            Object::Role(o) => ensure_one(client, namespace, o).await?,
+            Object::RoleBinding(o) => ensure_one(client, namespace, o).await?,
         };
         if changed {
             written.push(format!("{}/{}", object.kind(), object.name()));

@@ -263,6 +263,43 @@ pub struct QuerySpec {
     pub resources: Option<ResourceRequirements>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
+    /// One statement spread over the query pods (docs/guides/distributed.md): every query pod
+    /// is also a worker on a second port, mutual TLS with the cluster's CA (so `spec.tls:
+    /// Operator`), reachable only from this cluster's query pods. S3 storage only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<DistributedSpec>,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedSpec {
+    /// Whether statements are spread (the block alone turns it on).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// A statement whose tables hold fewer MiB runs on the pod that received it (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub threshold_mb: Option<i64>,
+    /// The most workers (query pods) one statement uses (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_workers: Option<i32>,
+    /// MiB of data files one scan task reads, about (default 64; 0: a task per fragment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub task_mb: Option<i64>,
+    /// How the pods find each other: the headless Service's EndpointSlices (the default), or
+    /// the ready Pods of the query role — only where EndpointSlices cannot carry the pods'
+    /// addresses; it lets the query ServiceAccount read every Pod of the namespace.
+    #[serde(default)]
+    pub discovery: Discovery,
+}
+
+#[derive(JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Discovery {
+    #[default]
+    EndpointSlices,
+    Pods,
 }
 
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]

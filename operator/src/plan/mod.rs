@@ -2,6 +2,7 @@
 //! (key schemas, markers), the IAM policy documents and every Kubernetes object. Pure: no client.
 //! Reconcile applies it; `lake-operator render` prints it.
 
+pub mod distributed;
 pub mod iam;
 pub mod local;
 pub mod maintenance;

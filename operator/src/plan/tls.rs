@@ -30,6 +30,10 @@ pub const GENERATION: &str = "lake.dev/tls-generation";
 /// The CA ConfigMap's annotation saying when the current generation's certificates expire
 /// (seconds since the Unix epoch).
 pub const EXPIRES: &str = "lake.dev/tls-expires";
+/// The CA ConfigMap's annotation listing the certificates its generation issued (stems, comma
+/// separated): a generation without one the cluster now needs (the worker certificate, when
+/// distributed query is turned on) is renewed at once.
+pub const CERTS: &str = "lake.dev/tls-certs";
 /// How long certificates are valid from their issue.
 pub const VALID_FOR: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 /// How long before the served generation's expiry the next one is published: its CA joins
@@ -180,6 +184,9 @@ pub struct TlsPlan {
     pub ca_config_map: ObjectMeta,
     /// Each certificate's stem (see [`cert_key`]) and the names it carries.
     pub certs: Vec<(String, Vec<String>)>,
+    /// Whether the pods need the worker certificate (distributed query): a generation issued
+    /// without it is renewed at once.
+    pub needs_worker: bool,
 }
 
 pub fn tls(cluster: &ValidatedCluster) -> Option<TlsPlan> {
@@ -201,11 +208,18 @@ pub fn tls(cluster: &ValidatedCluster) -> Option<TlsPlan> {
                     .flat_map(|role| dns_names(cluster, role))
                     .collect(),
             )],
+            // The worker certificate too, distributed query or not, so turning it on later
+            // needs no new generation.
             None => [Role::Query, Role::Metadata]
                 .into_iter()
                 .map(|role| (role.to_string(), dns_names(cluster, role)))
+                .chain([(
+                    super::distributed::CERT_STEM.to_owned(),
+                    super::distributed::dns_names(cluster),
+                )])
                 .collect(),
         },
+        needs_worker: cluster.query.distributed.is_some(),
     })
 }
 

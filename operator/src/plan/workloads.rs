@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec,
+    ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, KeyToPath, PodSpec, PodTemplateSpec,
     ResourceRequirements, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -52,6 +52,8 @@ pub enum Object {
     PodDisruptionBudget(PodDisruptionBudget),
     NetworkPolicy(NetworkPolicy),
     CronJob(CronJob),
+    Role(k8s_openapi::api::rbac::v1::Role),
+    RoleBinding(k8s_openapi::api::rbac::v1::RoleBinding),
 }
 
 impl Object {
@@ -65,6 +67,8 @@ impl Object {
             Object::PodDisruptionBudget(_) => "PodDisruptionBudget",
             Object::NetworkPolicy(_) => "NetworkPolicy",
             Object::CronJob(_) => "CronJob",
+            Object::Role(_) => "Role",
+            Object::RoleBinding(_) => "RoleBinding",
         }
     }
 
@@ -78,6 +82,8 @@ impl Object {
             Object::PodDisruptionBudget(o) => &o.metadata,
             Object::NetworkPolicy(o) => &o.metadata,
             Object::CronJob(o) => &o.metadata,
+            Object::Role(o) => &o.metadata,
+            Object::RoleBinding(o) => &o.metadata,
         }
     }
 
@@ -91,6 +97,8 @@ impl Object {
             Object::PodDisruptionBudget(o) => &mut o.metadata,
             Object::NetworkPolicy(o) => &mut o.metadata,
             Object::CronJob(o) => &mut o.metadata,
+            Object::Role(o) => &mut o.metadata,
+            Object::RoleBinding(o) => &mut o.metadata,
         }
     }
 
@@ -210,6 +218,21 @@ fn deployment(
 ) -> Deployment {
     let name = workload_name(cluster, role);
     let resources = resources_with_disk(resources);
+    // A distributed query pod: also a worker (its port, certificate, API identity, drain).
+    let distributed = match role {
+        Role::Query => super::distributed::pod_parts(cluster),
+        Role::Metadata => None,
+    };
+    let mut tls = tls_volume(cluster, &role.to_string());
+    if let (Some((volume, _)), Some(parts)) = (&mut tls, &distributed)
+        && let Some(items) = volume.secret.as_mut().and_then(|s| s.items.as_mut())
+    {
+        items.extend(parts.tls_items.iter().map(|(key, path)| KeyToPath {
+            key: key.clone(),
+            path: (*path).to_owned(),
+            ..Default::default()
+        }));
+    }
     // The role's bearer tokens (LAKE_TOKEN_FILE) and, with TLS, only its own certificate.
     let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = [
         Some(tmp_volume(tmp_size_mb(&resources))),
@@ -219,11 +242,15 @@ fn deployment(
             super::tokens::TOKEN_DIR,
             None,
         )),
-        tls_volume(cluster, &role.to_string()),
+        tls,
+        distributed.as_ref().map(|p| p.volume.clone()),
     ]
     .into_iter()
     .flatten()
     .unzip();
+    let ports = std::iter::once(container_port("flight", default_port(role)))
+        .chain(distributed.as_ref().map(|p| p.port.clone()))
+        .collect();
     let mut pod_labels = labels(cluster, role);
     pod_labels.remove("app.kubernetes.io/managed-by");
     Deployment {
@@ -255,6 +282,9 @@ fn deployment(
                 }),
                 spec: Some(PodSpec {
                     service_account_name: Some(name.clone()),
+                    // Only a distributed query pod talks to the API (its own projected token).
+                    automount_service_account_token: distributed.as_ref().map(|_| false),
+                    termination_grace_period_seconds: distributed.as_ref().map(|p| p.grace_seconds),
                     security_context: Some(pod_security()),
                     containers: vec![Container {
                         name: "lake".into(),
@@ -267,7 +297,8 @@ fn deployment(
                             }),
                             ..Default::default()
                         }]),
-                        ports: Some(vec![container_port("flight", default_port(role))]),
+                        ports: Some(ports),
+                        lifecycle: distributed.as_ref().map(|p| p.lifecycle.clone()),
                         readiness_probe: Some(tcp_probe("flight", 5, 3)),
                         liveness_probe: Some(tcp_probe("flight", 10, 6)),
                         resources: Some(resources),
@@ -329,7 +360,8 @@ pub fn objects(cluster: &ValidatedCluster, policies: &[RolePolicy]) -> Vec<Objec
     {
         return super::local::objects(cluster, path, volume);
     }
-    let mut objects = Vec::new();
+    // Distributed query's discovery (the query ServiceAccount's Role) before the pods that use it.
+    let mut objects = super::distributed::objects(cluster);
     for role in [Role::Query, Role::Metadata] {
         let (data, hash) = config(cluster, role);
         objects.push(Object::ConfigMap(ConfigMap {

@@ -106,6 +106,22 @@ pub struct QueryWorkload {
     pub service_annotations: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// `spec.query.distributed`, when enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<Distributed>,
+}
+
+/// Distributed query over the query pods (`spec.query.distributed`, enabled).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Distributed {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold_mb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_workers: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_mb: Option<u64>,
+    pub discovery: crate::crd::Discovery,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -239,6 +255,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
         });
     }
     check_local(spec, &mut errors);
+    let distributed = check_distributed(spec, &mut errors);
     let query_timeout_seconds = match spec.query_timeout_seconds {
         None => None,
         Some(t) => match u64::try_from(t).ok().filter(|t| *t >= 1) {
@@ -333,6 +350,7 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
                     .map(|s| s.annotations.clone())
                     .unwrap_or_default(),
                 resources: spec.query.resources.clone(),
+                distributed,
             },
             metadata: MetadataWorkload {
                 image: spec.metadata.image.clone(),
@@ -364,6 +382,63 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
         }),
         _ => Err(PlanErrors(errors)),
     }
+}
+
+/// `spec.query.distributed`, if enabled and honourable: the worker port is mutual TLS with
+/// the cluster's CA, and a local lake has one pod.
+fn check_distributed(
+    spec: &crate::crd::LakeClusterSpec,
+    errors: &mut Vec<PlanError>,
+) -> Option<Distributed> {
+    let d = spec.query.distributed.as_ref().filter(|d| d.enabled)?;
+    let before = errors.len();
+    if spec.storage.local.is_some() {
+        errors.push(PlanError::NotAllowed {
+            field: "spec.query.distributed".into(),
+            reason: "local storage runs one pod (a development lake): there is no other query \
+                     pod to spread a statement over"
+                .into(),
+        });
+    }
+    if spec.tls != TlsMode::Operator {
+        errors.push(PlanError::NotAllowed {
+            field: "spec.query.distributed".into(),
+            reason: "the worker port executes plans, so it is mutual TLS with the cluster's CA: \
+                     it needs spec.tls: Operator"
+                .into(),
+        });
+    }
+    let mut not_negative = |field: &str, value: Option<i64>| match value.map(u64::try_from) {
+        Some(Err(_)) => {
+            errors.push(PlanError::InvalidField {
+                field: format!("spec.query.distributed.{field}"),
+                value: value.unwrap_or_default().to_string(),
+                reason: "must be 0 or more".into(),
+            });
+            None
+        }
+        Some(Ok(mb)) => Some(mb),
+        None => None,
+    };
+    let threshold_mb = not_negative("thresholdMb", d.threshold_mb);
+    let task_mb = not_negative("taskMb", d.task_mb);
+    let max_workers = match d.max_workers {
+        Some(n) if !(1..=100).contains(&n) => {
+            errors.push(PlanError::InvalidField {
+                field: "spec.query.distributed.maxWorkers".into(),
+                value: n.to_string(),
+                reason: "must be from 1 to 100".into(),
+            });
+            None
+        }
+        n => n.and_then(|n| u64::try_from(n).ok()),
+    };
+    (errors.len() == before).then_some(Distributed {
+        threshold_mb,
+        max_workers,
+        task_mb,
+        discovery: d.discovery,
+    })
 }
 
 fn is_zero(n: &u32) -> bool {

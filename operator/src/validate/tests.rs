@@ -280,3 +280,71 @@ spec:
         "{refused:?}"
     );
 }
+
+#[test]
+fn distributed_query_needs_operator_tls_s3_and_sane_numbers() {
+    let with = |d: crate::crd::DistributedSpec, tls: TlsMode, local: bool| {
+        let mut c = cluster("data", "q", "m");
+        c.spec.query.distributed = Some(d);
+        c.spec.tls = tls;
+        if local {
+            c.spec.storage = serde_yaml::from_str("{local: {path: /var/lib/lake}}").unwrap();
+            c.spec.iam = None;
+        }
+        validate(&c)
+    };
+    let spec = |yaml: &str| -> crate::crd::DistributedSpec { serde_yaml::from_str(yaml).unwrap() };
+    // The block alone turns it on, with the defaults left to the runtime.
+    let ok = with(spec("{}"), TlsMode::Operator, false).unwrap();
+    let d = ok.query.distributed.unwrap();
+    assert_eq!(d.discovery, crate::crd::Discovery::EndpointSlices);
+    assert_eq!(
+        (d.threshold_mb, d.max_workers, d.task_mb),
+        (None, None, None)
+    );
+    // Turned off: as if absent.
+    let off = with(spec("{enabled: false}"), TlsMode::Disabled, false).unwrap();
+    assert_eq!(off.query.distributed, None);
+    for (d, tls, local, field, says) in [
+        (
+            "{}",
+            TlsMode::Disabled,
+            false,
+            "spec.query.distributed",
+            "spec.tls: Operator",
+        ),
+        (
+            "{}",
+            TlsMode::Operator,
+            true,
+            "spec.query.distributed",
+            "one pod",
+        ),
+        (
+            "{thresholdMb: -1}",
+            TlsMode::Operator,
+            false,
+            "spec.query.distributed.thresholdMb",
+            "0 or more",
+        ),
+        (
+            "{taskMb: -5}",
+            TlsMode::Operator,
+            false,
+            "spec.query.distributed.taskMb",
+            "0 or more",
+        ),
+        (
+            "{maxWorkers: 0}",
+            TlsMode::Operator,
+            false,
+            "spec.query.distributed.maxWorkers",
+            "1 to 100",
+        ),
+    ] {
+        let errs = with(spec(d), tls, local).unwrap_err();
+        let fields: Vec<&str> = errs.iter().flat_map(|e| e.fields()).collect();
+        assert!(fields.contains(&field), "{d}: {errs}");
+        assert!(errs.to_string().contains(says), "{d}: {errs}");
+    }
+}

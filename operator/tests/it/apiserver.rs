@@ -287,6 +287,19 @@ const NEEDS: &[(&str, &str, &[&str])] = &[
         &["get", "list", "watch", "create", "patch", "delete"],
     ),
     ("", "secrets", &["create"]),
+    // Distributed query: the query ServiceAccount's Role, and what it grants.
+    (
+        "rbac.authorization.k8s.io",
+        "roles",
+        &["get", "create", "patch"],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        &["get", "create", "patch"],
+    ),
+    ("discovery.k8s.io", "endpointslices", &["list", "watch"]),
+    ("", "pods", &["list", "watch"]),
     (
         "apps",
         "deployments",

@@ -96,14 +96,28 @@ fn rbac_grants_what_the_operator_uses_and_nothing_more() {
                 "PodDisruptionBudget" => ("policy", "poddisruptionbudgets"),
                 "NetworkPolicy" => ("networking.k8s.io", "networkpolicies"),
                 "CronJob" => ("batch", "cronjobs"),
+                "Role" => ("rbac.authorization.k8s.io", "roles"),
+                "RoleBinding" => ("rbac.authorization.k8s.io", "rolebindings"),
                 other => panic!("no RBAC mapping for {other}"),
+            };
+            // Roles are only read by name and applied: never listed or watched.
+            let verbs: &[&str] = match key.0 {
+                "rbac.authorization.k8s.io" => &["get", "create", "patch"],
+                _ => &["get", "list", "watch", "create", "patch"],
             };
             needed
                 .entry((key.0.into(), key.1.into()))
                 .or_default()
-                .extend(all(&["get", "list", "watch", "create", "patch"]));
+                .extend(all(verbs));
         }
     }
+    // What the query ServiceAccount's Role may grant (distributed query's discovery): the
+    // operator must hold it to write the Role.
+    needed.insert(
+        ("discovery.k8s.io".into(), "endpointslices".into()),
+        all(&["list", "watch"]),
+    );
+    needed.insert(("".into(), "pods".into()), all(&["list", "watch"]));
     // The maintenance CronJob, ServiceAccount and ConfigMap are deleted when spec.maintenance
     // goes (only the operator's own).
     for key in [

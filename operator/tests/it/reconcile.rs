@@ -292,6 +292,8 @@ impl Harness {
             k8s_openapi::api::networking::v1::NetworkPolicy,
             "NetworkPolicy"
         );
+        collect!(k8s_openapi::api::rbac::v1::Role, "Role");
+        collect!(k8s_openapi::api::rbac::v1::RoleBinding, "RoleBinding");
         versions
     }
 

@@ -265,10 +265,12 @@ fn rendered_objects_pass_kubernetes_validate_strict() {
                 ("configmap", 3),
                 ("serviceaccount", 3),
                 ("deployment", 2),
-                ("service", 2),
+                ("service", 3),
                 ("poddisruptionbudget", 1),
-                ("networkpolicy", 1),
+                ("networkpolicy", 2),
                 ("cronjob", 1),
+                ("role", 1),
+                ("rolebinding", 1),
             ],
         };
         let total: usize = kinds.iter().map(|(_, n)| n).sum();

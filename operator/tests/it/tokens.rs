@@ -144,7 +144,9 @@ async fn tls_is_on_unless_disabled_with_a_certificate_per_role() {
             "metadata.crt",
             "metadata.key",
             "query.crt",
-            "query.key"
+            "query.key",
+            "worker.crt",
+            "worker.key"
         ]
     );
     let ca = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
@@ -571,4 +573,71 @@ async fn patch_ca(ca_maps: &Api<ConfigMap>, name: &str, body: serde_json::Value)
         )
         .await
         .unwrap();
+}
+
+/// Distributed query needs the worker certificate: a cluster issued one from the start turns it
+/// on with the generation it has; one whose generation predates it (its CA ConfigMap lists no
+/// `worker`, as an older operator left it) gets a new generation at once, with the certificate,
+/// mounted by the query pods beside the CA.
+#[tokio::test(flavor = "multi_thread")]
+async fn turning_distributed_query_on_renews_only_a_generation_without_the_worker_certificate() {
+    let (h, name, _, ca_maps, secrets) = tls_cluster("workers").await;
+    let ca_name = format!("{name}-lake-ca");
+    let certs = |cm: ConfigMap| cm.metadata.annotations.unwrap()["lake.dev/tls-certs"].clone();
+    assert_eq!(
+        certs(ca_maps.get(&ca_name).await.unwrap()),
+        "query,metadata,worker"
+    );
+    h.patch_spec(json!({"query": {"distributed": {}}})).await;
+    h.reconcile().await;
+    assert_served(&h, &format!("{name}-lake-tls")).await;
+    assert!(
+        secrets
+            .get_opt(&format!("{name}-lake-tls-1"))
+            .await
+            .unwrap()
+            .is_none(),
+        "no new generation: the one served has the worker certificate"
+    );
+    // Rolled out, converged: the Role, the headless Service and the rest are not written again.
+    h.roll_out().await;
+    h.reconcile().await;
+    let (_, written) = h.writes_during(h.reconcile()).await;
+    assert!(written.is_empty(), "{written:?}");
+
+    // As an older operator issued it: no list of certificates.
+    patch_ca(
+        &ca_maps,
+        &name,
+        json!({"metadata": {"annotations": {"lake.dev/tls-certs": null}}}),
+    )
+    .await;
+    h.reconcile().await;
+    let renewed = secrets.get(&format!("{name}-lake-tls-1")).await.unwrap();
+    assert!(renewed.data.unwrap().contains_key("worker.crt"));
+    assert_served(&h, &format!("{name}-lake-tls-1")).await;
+    let cm = ca_maps.get(&ca_name).await.unwrap();
+    assert_eq!(
+        cm.metadata.annotations.as_ref().unwrap()["lake.dev/tls-generation"],
+        "1"
+    );
+    assert_eq!(certs(cm), "query,metadata,worker");
+    let query = h.deployment("query").await.spec.template.spec.unwrap();
+    let items: Vec<String> = query
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "tls")
+        .unwrap()
+        .secret
+        .unwrap()
+        .items
+        .unwrap()
+        .into_iter()
+        .map(|i| i.path)
+        .collect();
+    assert_eq!(
+        items,
+        ["tls.crt", "tls.key", "worker.crt", "worker.key", "ca.crt"]
+    );
 }

@@ -37,7 +37,7 @@ use tokio::net::TcpListener;
 pub use auth::{TokenFileError, Tokens};
 pub use distributed::{
     Candidates, DistributedSettings, Distribution, IdentityError, LOCAL_WORKER_NAME, Peers,
-    WorkerError, WorkerIdentity, serve_worker,
+    WorkerError, WorkerIdentity, kubernetes, kubernetes::DiscoveryError, serve_worker,
 };
 /// Checks one client IPC message before it is decoded (for readers of client files).
 pub(crate) use ingress::check_message_at as check_ipc_message_at;

@@ -137,10 +137,10 @@ async fn new_cluster_reaches_ready_and_converged_reconciles_write_nothing() {
             "{role}: {text}"
         );
     }
-    // The objects: ten applied and the CA ConfigMap, owned by the cluster; query's config has
-    // no registry table.
+    // The objects: fourteen applied and the CA ConfigMap, owned by the cluster; query's config
+    // has no registry table.
     let versions = h.versions().await;
-    assert_eq!(versions.len(), 12, "{versions:?}");
+    assert_eq!(versions.len(), 16, "{versions:?}");
     let query_config = Api::<ConfigMap>::namespaced(h.client.clone(), NS)
         .get(&format!("{name}-query"))
         .await

@@ -8,6 +8,7 @@
 
 mod codec;
 mod identity;
+pub mod kubernetes;
 mod peers;
 mod scan;
 mod split;
@@ -74,6 +75,8 @@ pub enum Candidates {
         name: String,
         port: u16,
     },
+    /// Found through the Kubernetes API, watched.
+    Kubernetes(kubernetes::Found),
 }
 
 impl Candidates {
@@ -90,6 +93,7 @@ impl Candidates {
                     Vec::new()
                 }
             },
+            Self::Kubernetes(found) => found.urls(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! version per statement, clean failures, and a worker port only the lake's own processes
 //! may use.
 
+mod kubernetes;
 mod tpch;
 
 use std::collections::BTreeSet;

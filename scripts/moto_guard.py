@@ -97,6 +97,18 @@ def _one_write_at_a_time(write):
 for _write in ("put_item", "update_item", "delete_item", "transact_write_items"):
     setattr(DynamoDBBackend, _write, _one_write_at_a_time(getattr(DynamoDBBackend, _write)))
 
+# DynamoDB's TagResource overwrites the value of a key the resource already has; moto appends a
+# second tag of that key, and ListTagsOfResource then answers the old value first (a re-attached
+# table kept the deleted cluster's uid). Overwrite, as DynamoDB does.
+def _tag_resource_overwriting(self, arn, tags):
+    for table in self.tables.values():
+        if table.table_arn == arn:
+            kept = [t for t in table.tags if t["Key"] not in tags]
+            table.tags = kept + [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+DynamoDBBackend.tag_resource = _tag_resource_overwriting
+
 # S3 authorises DeleteObjects per key (s3:DeleteObject on each key's ARN); moto authorises the
 # whole request against the bucket's ARN, so a policy scoped to a prefix (lake's) is refused
 # every key of a batch. Authorise each key as AWS does, and let moto's own per-key pass (which

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 mod apply;
 mod distributed;
 mod maintenance;
+mod recovery;
 mod rollout;
 mod storage;
 
@@ -173,6 +174,8 @@ struct Lake {
     namespace: String,
     name: String,
     operator: Operator,
+    /// The LakeCluster as applied (without `spec_extra`), to apply again.
+    manifest: String,
 }
 
 /// A lake's name, and its roles and bucket on the emulator at `endpoint` (before any IAM
@@ -298,15 +301,36 @@ spec:
 {storage}    image: ghcr.io/acme/lake:1
   metadata:
     image: ghcr.io/acme/lake:1
-{spec_extra}"#
+"#
         );
-        let out = control_plane().run(&["apply", "-f", "-"], Some(&manifest));
-        assert!(out.status.success(), "{}", output_text(&out));
-        Self {
+        let lake = Self {
             namespace,
             name,
             operator,
-        }
+            manifest,
+        };
+        lake.reapply(spec_extra);
+        lake
+    }
+
+    /// `kubectl apply` of the LakeCluster again, with `spec_extra` (YAML lines under `spec:`).
+    fn reapply(&self, spec_extra: &str) {
+        let manifest = format!("{}{spec_extra}", self.manifest);
+        let out = control_plane().run(&["apply", "-f", "-"], Some(&manifest));
+        assert!(out.status.success(), "{}", output_text(&out));
+    }
+
+    /// A condition's reason, once it has one (`""` until then).
+    fn reason(&self, condition: &str) -> String {
+        kubectl(&[
+            "get",
+            "lakecluster",
+            &self.name,
+            "-n",
+            &self.namespace,
+            "-o",
+            &format!("jsonpath={{.status.conditions[?(@.type==\"{condition}\")].reason}}"),
+        ])
     }
 
     /// `kubectl wait --for=condition=Ready`, with everything worth reading when it times out.

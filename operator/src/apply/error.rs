@@ -21,6 +21,10 @@ pub enum ApplyError {
     /// authority. Terminal. Whose it is is logged, not told.
     #[error("table {table:?} cannot be adopted: {detail} (choose another name in spec.tables)")]
     MarkerConflict { table: String, detail: &'static str },
+    /// `spec.tables.reattachFrom` that cannot be honoured: the cluster named is live, or the
+    /// table does not carry exactly its marker and tags. Terminal; nothing was changed.
+    #[error("table {table:?} is not re-attached: {reason} (spec.tables.reattachFrom)")]
+    ReattachRefused { table: String, reason: String },
     /// An existing table this cluster did not create, without the administrator's consent to
     /// adopt tables. Terminal.
     #[error(
@@ -92,6 +96,7 @@ impl ApplyError {
             self,
             ApplyError::KeySchemaMismatch { .. }
                 | ApplyError::MarkerConflict { .. }
+                | ApplyError::ReattachRefused { .. }
                 | ApplyError::AdoptionRefused { .. }
                 | ApplyError::CaNotPublished { .. }
         )
@@ -102,6 +107,7 @@ impl ApplyError {
         match self {
             ApplyError::KeySchemaMismatch { .. } => "KeySchemaMismatch",
             ApplyError::MarkerConflict { .. } => "MarkerConflict",
+            ApplyError::ReattachRefused { .. } => "ReattachRefused",
             ApplyError::AdoptionRefused { .. } => "AdoptionRefused",
             ApplyError::RoleNotFound { .. } => "RoleNotFound",
             ApplyError::NotActive { .. } => "TableNotActive",

@@ -241,11 +241,25 @@ pub async fn ensure(
         });
     }
     let arn = table.table_arn().map(str::to_owned);
-    let existing_tags = match &arn {
+    let mut existing_tags = match &arn {
         Some(arn) => tags_of(client, name, arn).await?,
         None => HashMap::new(),
     };
     let uid = desired.tags.get(uid_tag).map(String::as_str);
+    if let (Some(from), Some(uid), Some(arn)) = (desired.reattach_from.as_deref(), uid, &arn)
+        && from != uid
+    {
+        reattach(
+            client,
+            desired,
+            arn,
+            from,
+            uid,
+            may_adopt,
+            &mut existing_tags,
+        )
+        .await?;
+    }
     let adopted_tag = crate::plan::tables::TAG_ADOPTED_BY_UID;
     for (tag, what) in [
         (uid_tag, "another cluster created it"),
@@ -335,25 +349,12 @@ pub async fn ensure(
         if adopted && let Some(uid) = wanted.remove(uid_tag) {
             wanted.insert(crate::plan::tables::TAG_ADOPTED_BY_UID.to_owned(), uid);
         }
-        let missing = wanted
+        let missing: Vec<(&String, &String)> = wanted
             .iter()
             .filter(|(k, v)| existing.get(k.as_str()) != Some(*v))
-            .map(|(k, v)| Tag::builder().key(k).value(v).build())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ApplyError::Aws {
-                operation: "TagResource",
-                resource: name.to_owned(),
-                detail: e.to_string(),
-                source: Some(Box::new(e)),
-            })?;
+            .collect();
         if !missing.is_empty() {
-            client
-                .tag_resource()
-                .resource_arn(arn)
-                .set_tags(Some(missing))
-                .send()
-                .await
-                .map_err(|e| aws("TagResource", name, e))?;
+            tag(client, name, arn, missing).await?;
         }
     }
     if marker.is_none() {
@@ -383,6 +384,136 @@ pub async fn ensure(
         arn,
         adopted,
     })
+}
+
+/// Re-attaches the table a deleted cluster (uid `from`) left behind to this one (`uid`), if its
+/// marker and its uid tags name exactly `from`: the marker first, conditionally (still `from`'s,
+/// of this authority), then the tags (`from` → `uid`, and who it was taken from). A pass
+/// stopped between the two finds the marker this cluster's and the tags `from`'s, and finishes.
+/// A table that names `from` nowhere is left to the usual checks; one whose tags name `from`
+/// but whose marker does not (or the reverse) is refused, untouched. A table of a cluster in
+/// another namespace (its `lake.dev/cluster` tag) is re-attached only with the administrator's
+/// consent to adopt in this one (`may_adopt`): a namespace's users never reach another's data.
+#[allow(clippy::too_many_arguments)]
+async fn reattach(
+    client: &Client,
+    desired: &DesiredTable,
+    arn: &str,
+    from: &str,
+    uid: &str,
+    may_adopt: bool,
+    tags: &mut HashMap<String, String>,
+) -> Result<(), ApplyError> {
+    use crate::plan::tables::{
+        TAG_ADOPTED_BY_UID, TAG_CLUSTER, TAG_CLUSTER_UID, TAG_REATTACHED_FROM,
+    };
+    let name = desired.name.as_str();
+    let tagged: Vec<&str> = [TAG_CLUSTER_UID, TAG_ADOPTED_BY_UID]
+        .into_iter()
+        .filter(|k| tags.get(*k).map(String::as_str) == Some(from))
+        .collect();
+    let marker = read_marker(client, name, desired.authority).await?;
+    let refused = |reason: String| ApplyError::ReattachRefused {
+        table: name.to_owned(),
+        reason,
+    };
+    let namespace = |cluster: Option<&String>| {
+        cluster
+            .and_then(|c| c.split_once('/'))
+            .map(|(ns, _)| ns.to_owned())
+    };
+    let ours = namespace(desired.tags.get(TAG_CLUSTER));
+    let theirs = namespace(tags.get(TAG_CLUSTER));
+    if !tagged.is_empty() && theirs != ours && !may_adopt {
+        return Err(refused(format!(
+            "it belonged to a cluster in namespace {:?}; taking over another namespace's tables \
+             needs the administrator's consent to adopt in this one (the operator's allowlist)",
+            theirs.unwrap_or_default()
+        )));
+    }
+    let format_ok = marker
+        .as_ref()
+        .is_some_and(|m| m.format == desired.marker.format);
+    let marked_from = format_ok && marker.as_ref().is_some_and(|m| m.cluster == from);
+    let marked_us = format_ok && marker.as_ref().is_some_and(|m| m.cluster == uid);
+    match (tagged.is_empty(), marked_from, marked_us) {
+        // Nothing of `from`'s: the usual checks decide.
+        (true, false, _) => return Ok(()),
+        (true, true, _) => {
+            return Err(refused(format!(
+                "its marker names cluster {from} but its tags do not: only a table that cluster                  created or adopted is re-attached"
+            )));
+        }
+        (false, false, false) => {
+            return Err(refused(format!(
+                "its tags name cluster {from} but its marker does not: it is not re-attached"
+            )));
+        }
+        (false, true, _) => {
+            let hash = desired.key_schema.hash.name;
+            client
+                .update_item()
+                .table_name(name)
+                .set_key(Some(marker_key(desired.authority)))
+                .update_expression("SET #c = :new")
+                .condition_expression("attribute_exists(#h) AND #c = :old AND #f = :format")
+                .expression_attribute_names("#h", hash)
+                .expression_attribute_names("#c", MARKER_CLUSTER_ATTR)
+                .expression_attribute_names("#f", MARKER_FORMAT_ATTR)
+                .expression_attribute_values(":new", AttributeValue::S(uid.to_owned()))
+                .expression_attribute_values(":old", AttributeValue::S(from.to_owned()))
+                .expression_attribute_values(
+                    ":format",
+                    AttributeValue::S(desired.marker.format.clone()),
+                )
+                .send()
+                .await
+                .map_err(|e| match e.as_service_error() {
+                    Some(s) if s.is_conditional_check_failed_exception() => {
+                        refused("its marker changed while it was being re-attached".to_owned())
+                    }
+                    _ => aws("UpdateItem", name, e),
+                })?;
+            tracing::info!(table = name, from, to = uid, "re-attached a retained table");
+        }
+        // Marked for this cluster already, tags still `from`'s: a pass stopped between the two.
+        (false, false, true) => {}
+    }
+    let rewritten = tagged
+        .iter()
+        .map(|k| (k.to_string(), uid.to_owned()))
+        .chain([(TAG_REATTACHED_FROM.to_owned(), from.to_owned())])
+        .collect::<Vec<_>>();
+    tag(client, name, arn, rewritten.iter().map(|(k, v)| (k, v))).await?;
+    tags.extend(rewritten);
+    Ok(())
+}
+
+/// Sets `tags` on table `name` (`arn`): a key it has gets the new value.
+async fn tag<'a>(
+    client: &Client,
+    name: &str,
+    arn: &str,
+    tags: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Result<(), ApplyError> {
+    let built = tags
+        .into_iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ApplyError::Aws {
+            operation: "TagResource",
+            resource: name.to_owned(),
+            detail: e.to_string(),
+            source: Some(Box::new(e)),
+        })?;
+    client
+        .tag_resource()
+        .resource_arn(arn)
+        .set_tags(Some(built))
+        .send()
+        .await
+        .map_err(|e| aws("TagResource", name, e))?;
+    Ok(())
 }
 
 async fn tags_of(

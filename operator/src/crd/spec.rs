@@ -223,11 +223,24 @@ pub struct TablesSpec {
     /// marker names another cluster are never deleted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delete_adopted: bool,
+    /// Takes over the tables a deleted LakeCluster left behind (`deletionPolicy: Retain`): the
+    /// uid that cluster had (its tables' `lake.dev/cluster-uid` tag). Their markers and tags are
+    /// rewritten to this cluster only if they name exactly that uid and no LakeCluster with it
+    /// exists (docs/guides/recovery.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 36, max = 36),
+        regex(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+    )]
+    pub reattach_from: Option<String>,
 }
 
 impl TablesSpec {
     fn is_empty(&self) -> bool {
-        self.registry.is_none() && self.manifest.is_none() && !self.delete_adopted
+        self.registry.is_none()
+            && self.manifest.is_none()
+            && !self.delete_adopted
+            && self.reattach_from.is_none()
     }
 }
 

@@ -26,6 +26,11 @@ pub struct DesiredTable {
     pub tags: BTreeMap<String, String>,
     /// The marker item the table must hold: which authority, which cluster.
     pub marker: Marker,
+    /// `spec.tables.reattachFrom`: the deleted cluster whose marker and uid tags this table may
+    /// carry, to be rewritten to this cluster's (reconcile checks first that no LakeCluster has
+    /// that uid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reattach_from: Option<String>,
 }
 
 /// Tag keys the operator sets on what it creates.
@@ -36,6 +41,8 @@ pub const TAG_CLUSTER_UID: &str = "lake.dev/cluster-uid";
 /// unless the spec opts in (`spec.tables.deleteAdopted`).
 pub const TAG_ADOPTED_BY_UID: &str = "lake.dev/adopted-by-uid";
 pub const TAG_AUTHORITY: &str = "lake.dev/authority";
+/// Set when a table is re-attached: the uid of the deleted cluster it was taken over from.
+pub const TAG_REATTACHED_FROM: &str = "lake.dev/reattached-from";
 pub const TAG_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGER: &str = "lake-operator";
 
@@ -69,6 +76,7 @@ pub fn tables(cluster: &ValidatedCluster) -> Vec<DesiredTable> {
             deletion_protection: true,
             tags,
             marker: Marker::new(authority, uid),
+            reattach_from: cluster.reattach_from.clone(),
         });
     }
     tables

@@ -356,7 +356,11 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
     } = plan::plan(&validated, &inputs);
 
     let may_adopt = ctx.allowlist.may_adopt(&validated.namespace);
-    let tables = tables_step(clients.as_ref(), &tables, may_adopt).await;
+    let holder = match &validated.reattach_from {
+        Some(from) if clients.is_some() => tables::reattach_holder(&ctx.client, from).await,
+        _ => Ok(None),
+    };
+    let tables = tables_step(clients.as_ref(), &tables, may_adopt, holder).await;
     facts.tables = tables.status();
     let policies_check = match &tables.failure {
         Some(_) => (

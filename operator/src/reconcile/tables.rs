@@ -30,10 +30,40 @@ impl TablesOutcome {
     }
 }
 
+/// Who holds the tables `spec.tables.reattachFrom` names: the LakeCluster (`namespace/name`),
+/// in any namespace, whose uid it is — re-attaching is only for a deleted cluster's tables.
+pub(super) async fn reattach_holder(
+    client: &kube::Client,
+    from: &str,
+) -> Result<Option<String>, ApplyError> {
+    let clusters: kube::Api<LakeCluster> = kube::Api::all(client.clone());
+    let listed = clusters
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|source| ApplyError::Kube {
+            operation: "list",
+            kind: "LakeCluster".into(),
+            name: String::new(),
+            source: Box::new(source),
+        })?;
+    Ok(listed
+        .items
+        .iter()
+        .find(|c| c.metadata.uid.as_deref() == Some(from))
+        .map(|c| {
+            format!(
+                "{}/{}",
+                c.metadata.namespace.as_deref().unwrap_or_default(),
+                c.metadata.name.as_deref().unwrap_or_default()
+            )
+        }))
+}
+
 pub(super) async fn tables_step(
     clients: Option<&crate::aws::AwsClients>,
     tables: &[plan::DesiredTable],
     may_adopt: bool,
+    holder: Result<Option<String>, ApplyError>,
 ) -> TablesOutcome {
     let Some(clients) = clients.filter(|_| !tables.is_empty()) else {
         return TablesOutcome {
@@ -47,6 +77,27 @@ pub(super) async fn tables_step(
             has_tables: false,
         };
     };
+    let failed = |e: ApplyError| TablesOutcome {
+        check: Check::failed(TABLES_READY, e.reason(), e.to_string()),
+        applied: Vec::new(),
+        failure: Some(e),
+        has_tables: true,
+    };
+    // A live cluster's tables are never taken over: refused before any table is touched.
+    match holder {
+        Err(e) => return failed(e),
+        Ok(Some(holder)) => {
+            let from = tables[0].reattach_from.clone().unwrap_or_default();
+            return failed(ApplyError::ReattachRefused {
+                table: tables[0].name.clone(),
+                reason: format!(
+                    "LakeCluster {holder} has uid {from} and still exists: only the tables of a \
+                     deleted cluster (deletionPolicy: Retain) can be taken over"
+                ),
+            });
+        }
+        Ok(None) => {}
+    }
     let mut applied = Vec::new();
     for table in tables {
         match apply::tables::ensure(&clients.dynamodb, table, may_adopt).await {

@@ -63,6 +63,10 @@ pub struct ValidatedCluster {
     /// `spec.tables.deleteAdopted`: deletion also removes tables this cluster adopted.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub delete_adopted_tables: bool,
+    /// `spec.tables.reattachFrom`: the uid of the deleted cluster whose tables this one takes
+    /// over (never this cluster's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reattach_from: Option<String>,
     pub paused: bool,
     /// `spec.queryTimeoutSeconds`: the statement time limit of both endpoints.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -256,6 +260,23 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
     }
     check_local(spec, &mut errors);
     let distributed = check_distributed(spec, &mut errors);
+    if let Some(from) = spec.tables.reattach_from.as_ref().filter(|f| !is_uid(f)) {
+        errors.push(PlanError::InvalidField {
+            field: "spec.tables.reattachFrom".into(),
+            value: from.clone(),
+            reason: "must be the uid of the deleted LakeCluster (its tables' \
+                     lake.dev/cluster-uid tag), e.g. 0b3c5f3e-8a61-4c8e-9d2e-5f1b7a9c0d11"
+                .into(),
+        });
+    }
+    if spec.tables.reattach_from.is_some() && spec.storage.local.is_some() {
+        errors.push(PlanError::NotAllowed {
+            field: "spec.tables.reattachFrom".into(),
+            reason: "a local lake keeps its stores in its own volume: there are no tables to \
+                     take over"
+                .into(),
+        });
+    }
     let query_timeout_seconds = match spec.query_timeout_seconds {
         None => None,
         Some(t) => match u64::try_from(t).ok().filter(|t| *t >= 1) {
@@ -369,6 +390,11 @@ pub fn validate(cluster: &LakeCluster) -> Result<ValidatedCluster, PlanErrors> {
             }),
             deletion_policy: spec.deletion_policy,
             delete_adopted_tables: spec.tables.delete_adopted,
+            reattach_from: spec
+                .tables
+                .reattach_from
+                .clone()
+                .filter(|from| Some(from) != cluster.metadata.uid.as_ref()),
             paused: spec.paused,
             query_timeout_seconds,
             tls: spec.tls,
@@ -439,6 +465,16 @@ fn check_distributed(
         task_mb,
         discovery: d.discovery,
     })
+}
+
+/// A Kubernetes uid as the API server writes it: a lowercase UUID.
+fn is_uid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups.iter().all(|g| {
+            g.chars()
+                .all(|c| c.is_ascii_digit() || matches!(c, 'a'..='f'))
+        })
 }
 
 fn is_zero(n: &u32) -> bool {

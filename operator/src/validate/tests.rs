@@ -348,3 +348,30 @@ fn distributed_query_needs_operator_tls_s3_and_sane_numbers() {
         assert!(errs.to_string().contains(says), "{d}: {errs}");
     }
 }
+
+#[test]
+fn reattach_from_must_be_a_uid_and_not_this_clusters_own() {
+    let with = |from: &str, own: Option<&str>| {
+        let mut c = cluster("data", "q", "m");
+        c.spec.tables.reattach_from = Some(from.into());
+        c.metadata.uid = own.map(Into::into);
+        validate(&c)
+    };
+    let old = "0b3c5f3e-8a61-4c8e-9d2e-5f1b7a9c0d11";
+    assert_eq!(with(old, None).unwrap().reattach_from.as_deref(), Some(old));
+    // Its own uid: nothing to take over.
+    assert_eq!(with(old, Some(old)).unwrap().reattach_from, None);
+    for bad in [
+        "",
+        "lake",
+        "0B3C5F3E-8A61-4C8E-9D2E-5F1B7A9C0D11",
+        "0b3c5f3e8a614c8e9d2e5f1b7a9c0d11",
+    ] {
+        let errs = with(bad, None).unwrap_err();
+        assert_eq!(
+            errs.iter().flat_map(|e| e.fields()).collect::<Vec<_>>(),
+            ["spec.tables.reattachFrom"],
+            "{bad:?}: {errs}"
+        );
+    }
+}

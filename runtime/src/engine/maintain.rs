@@ -174,7 +174,7 @@ impl WriteEngine {
     /// The table's finished versions (a listing) with their commit times: from the manifest
     /// rows, which say when they were written (one query), and for rows that do not say (those
     /// of Lance's own writers) from the manifests, read a few at a time.
-    async fn version_times(
+    pub(super) async fn version_times(
         &self,
         table: &TableRef,
         dataset: &lance::Dataset,

@@ -3,6 +3,7 @@
 
 mod maintain;
 mod pinned;
+mod restore;
 mod warehouse;
 
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ use crate::manifest::{Lease, LeaseError, LeaseOf, ManifestStore, ReadOnlyManifes
 use crate::store::StoreError;
 
 pub use maintain::{Compaction, Removal, VersionTime, is_conflict};
+pub use restore::{RestorePoint, RestoreTarget, Restoring};
 pub use warehouse::{TableRef, Warehouse};
 
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +74,15 @@ pub enum EngineError {
         table: TableRef,
         #[source]
         source: Box<LeaseError>,
+    },
+    /// A restore to a version the table no longer has (maintenance removed it) or never had.
+    #[error(
+        "table {table} has no {wanted} to restore: {kept} (maintenance removes versions past its retention)"
+    )]
+    NoSuchVersion {
+        table: TableRef,
+        wanted: String,
+        kept: String,
     },
     #[error("deleting the manifest rows of {table}: {source}")]
     Manifests {

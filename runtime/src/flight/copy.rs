@@ -24,7 +24,8 @@ pub(super) struct CopyInto {
 const USAGE: &str =
     "COPY INTO <schema>.<table> FROM '<stage path>' [FILE_FORMAT = PARQUET|CSV|ARROW]";
 
-fn tokens(sql: &str) -> Option<Vec<Token>> {
+/// `sql`'s tokens without whitespace; `None` if it does not tokenize.
+pub(super) fn tokens(sql: &str) -> Option<Vec<Token>> {
     let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize().ok()?;
     Some(
         tokens
@@ -34,7 +35,8 @@ fn tokens(sql: &str) -> Option<Vec<Token>> {
     )
 }
 
-fn is_keyword(token: Option<&Token>, keyword: Keyword) -> bool {
+/// Whether `token` is `keyword`, unquoted.
+pub(super) fn is_keyword(token: Option<&Token>, keyword: Keyword) -> bool {
     matches!(token, Some(Token::Word(w)) if w.keyword == keyword && w.quote_style.is_none())
 }
 
@@ -57,21 +59,7 @@ fn invalid(detail: &str) -> Status {
 fn parse_rest<'a>(
     it: &mut std::iter::Peekable<impl Iterator<Item = &'a Token>>,
 ) -> Result<CopyInto, Status> {
-    let ident = |t: Option<&Token>| match t {
-        Some(Token::Word(w)) => Some(w.value.clone()),
-        _ => None,
-    };
-    let schema = ident(it.next()).ok_or_else(|| invalid("COPY INTO needs a table name"))?;
-    if it.next() != Some(&Token::Period) {
-        return Err(invalid(&format!(
-            "table {schema:?} needs a schema: write <schema>.{schema}"
-        )));
-    }
-    let table = ident(it.next()).ok_or_else(|| invalid("COPY INTO needs a table name"))?;
-    let table = TableRef::new(
-        NamespaceName::parse(&schema).map_err(|e| Status::invalid_argument(e.to_string()))?,
-        TableName::parse(&table).map_err(|e| Status::invalid_argument(e.to_string()))?,
-    );
+    let table = table_ref(it, "COPY INTO", invalid)?;
     if !is_keyword(it.next(), Keyword::FROM) {
         return Err(invalid("expected FROM after the table"));
     }
@@ -112,6 +100,30 @@ fn parse_rest<'a>(
         path,
         format,
     })
+}
+
+/// `<schema>.<table>` next in `it`, as the statement `what` names it; INVALID_ARGUMENT from
+/// `invalid` when it does not.
+pub(super) fn table_ref<'a>(
+    it: &mut std::iter::Peekable<impl Iterator<Item = &'a Token>>,
+    what: &str,
+    invalid: fn(&str) -> Status,
+) -> Result<TableRef, Status> {
+    let ident = |t: Option<&Token>| match t {
+        Some(Token::Word(w)) => Some(w.value.clone()),
+        _ => None,
+    };
+    let schema = ident(it.next()).ok_or_else(|| invalid(&format!("{what} needs a table name")))?;
+    if it.next() != Some(&Token::Period) {
+        return Err(invalid(&format!(
+            "table {schema:?} needs a schema: write <schema>.{schema}"
+        )));
+    }
+    let table = ident(it.next()).ok_or_else(|| invalid(&format!("{what} needs a table name")))?;
+    Ok(TableRef::new(
+        NamespaceName::parse(&schema).map_err(|e| Status::invalid_argument(e.to_string()))?,
+        TableName::parse(&table).map_err(|e| Status::invalid_argument(e.to_string()))?,
+    ))
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod plans;
 mod protocol;
 mod redact;
 mod repeat;
+mod restore;
 mod service;
 mod sql;
 mod statement;

@@ -48,6 +48,7 @@ pub(super) fn engine(e: EngineError) -> Status {
             ))
         }
         EngineError::NotFound(t) => Status::not_found(format!("table {t} does not exist")),
+        e @ EngineError::NoSuchVersion { .. } => Status::not_found(e.to_string()),
         EngineError::AlreadyExists(t) => {
             Status::already_exists(format!("table {t} already exists"))
         }

@@ -95,6 +95,11 @@ impl LakeFlightSql {
                     .copy_into(&copy.table, &copy.path, copy.format)
                     .await
             }
+            // No rows change hands: the table's content becomes that version's.
+            Write::Restore(restore) => metadata
+                .restore_table(&restore.table, restore.to)
+                .await
+                .map(|_| 0),
         };
         rows.map(|rows| rows as i64).map_err(status::write)
     }

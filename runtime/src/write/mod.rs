@@ -1,5 +1,6 @@
 //! Every write of the metadata role, in one place: DDL (schemas, tables, `CREATE TABLE … AS`),
-//! DML (`INSERT`, `DELETE`), bulk ingest (create, append, replace), `COPY INTO` and drop.
+//! DML (`INSERT`, `DELETE`), bulk ingest (create, append, replace), `COPY INTO`, `RESTORE` and
+//! drop.
 //!
 //! The rules every write follows:
 //! - **Conformance** ([`crate::conform`]): rows that bring their own schema (ingest, stage files)
@@ -27,7 +28,7 @@ use lake_common::stage::StagePath;
 
 use crate::catalog::{CatalogError, NamespaceName, TableEntry, new_entry};
 use crate::context::MetadataContext;
-use crate::engine::{RowStream, TableRef};
+use crate::engine::{RestoreTarget, Restoring, RowStream, TableRef};
 use crate::stage::{self, FileFormat};
 
 pub use error::WriteError;
@@ -206,6 +207,58 @@ impl MetadataContext {
         let rows = futures::stream::iter(files).map(decoded).flatten();
         let rows = crate::engine::row_stream(entry.schema.clone(), rows);
         Ok(self.engine().append_stream(table, rows).await?.rows)
+    }
+
+    /// `RESTORE TABLE … TO …`: one commit whose content is the version `to` names (the versions
+    /// in between stay, for time travel). A version whose schema differs from the registration's
+    /// (a replace came after it) is registered with it first, and the registration put back if
+    /// the commit fails. Returns the new version.
+    pub async fn restore_table(
+        &self,
+        table: &TableRef,
+        to: RestoreTarget,
+    ) -> Result<u64, WriteError> {
+        let previous = self
+            .registry()
+            .get_table(&table.namespace, &table.table)
+            .await?;
+        let restoring = self.engine().restoring(table).await?;
+        let restored = self.restore_held(&restoring, &previous, to).await;
+        restoring.finish().await;
+        restored
+    }
+
+    async fn restore_held(
+        &self,
+        restoring: &Restoring<'_>,
+        previous: &TableEntry,
+        to: RestoreTarget,
+    ) -> Result<u64, WriteError> {
+        let point = restoring.point(to).await?;
+        let same = |a: &SchemaRef, b: &SchemaRef| {
+            a.fields().len() == b.fields().len()
+                && a.fields().iter().zip(b.fields()).all(|(x, y)| {
+                    x.name() == y.name()
+                        && x.data_type() == y.data_type()
+                        && x.is_nullable() == y.is_nullable()
+                })
+        };
+        let reregister = !same(&point.schema, &previous.schema);
+        if reregister {
+            let mut next = previous.clone();
+            next.schema = point.schema.clone();
+            self.registry().update_table(&next).await?;
+        }
+        match restoring.commit(point.version).await {
+            Ok(version) => Ok(version),
+            Err(e) => {
+                if reregister && let Err(undo) = self.registry().update_table(previous).await {
+                    let table = format!("{}.{}", previous.namespace, previous.name);
+                    tracing::error!(%table, error = %undo, "could not restore the registration of a table whose restore failed");
+                }
+                Err(e.into())
+            }
+        }
     }
 
     /// Drops a table: its files and manifest rows first (idempotent), then its registration, so

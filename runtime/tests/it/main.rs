@@ -18,5 +18,6 @@ mod interop;
 mod maintenance;
 mod manifest;
 mod plan;
+mod restore;
 mod sdk;
 mod store;

@@ -16,7 +16,8 @@ use lake_runtime::store::{EmbeddedStore, SortKey, query_all};
 use object_store::ObjectStoreExt;
 
 use crate::support::{
-    CloudLake, LocalLake, batch_named, local_plan, options, requests_of, schema, seed, table,
+    CloudLake, LocalLake, batch_named, lake_sql, local_plan, options, requests_of, schema, seed,
+    table,
 };
 
 /// Everything old goes: no retention, no grace.
@@ -55,19 +56,6 @@ fn rows(ids: std::ops::Range<i64>, marker: &str, marked: &[i64]) -> RecordBatch 
             format!("row-{i}")
         }
     })
-}
-
-/// `lake sql` against `endpoint`: (succeeded, stdout, stderr).
-fn lake_sql(endpoint: &str, statement: &str) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
-        .args(["sql", endpoint, statement])
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 async fn local_metadata(dir: &Path) -> MetadataContext {

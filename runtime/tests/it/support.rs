@@ -547,3 +547,16 @@ pub(crate) fn exited_within(
     }
     Some(child.wait_with_output().unwrap())
 }
+
+/// `lake sql` against `endpoint`: (succeeded, stdout, stderr).
+pub(crate) fn lake_sql(endpoint: &str, statement: &str) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args(["sql", endpoint, statement])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

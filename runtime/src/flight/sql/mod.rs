@@ -19,6 +19,7 @@ use datafusion::logical_expr::dml::InsertOp;
 
 use super::catalog::CATALOG;
 use super::copy::CopyInto;
+use super::restore::Restore;
 use crate::catalog::{NamespaceName, TableName};
 use crate::engine::TableRef;
 
@@ -61,6 +62,8 @@ pub(super) enum Write {
     },
     /// `COPY INTO` from the stage.
     CopyInto(CopyInto),
+    /// `RESTORE TABLE … TO …`.
+    Restore(Restore),
 }
 
 impl Write {
@@ -303,6 +306,12 @@ pub(super) async fn plan(
         )));
     }
     super::depth::check(sql)?;
+    if let Some(restore) = super::restore::parse(sql) {
+        if params.is_some() {
+            return Err(unbindable());
+        }
+        return restore.map(|r| Planned::Write(Write::Restore(r)));
+    }
     if let Some(copy) = super::copy::parse(sql) {
         if params.is_some() {
             return Err(unbindable());

@@ -23,6 +23,7 @@ enum Expect {
     Insert,
     Delete { predicate: Option<&'static str> },
     CopyInto,
+    Restore,
     Refused(Code, &'static str),
 }
 
@@ -83,6 +84,7 @@ const CASES: &[(&str, Expect)] = &[
     ),
     ("DELETE FROM s.t", Expect::Delete { predicate: None }),
     ("COPY INTO s.t FROM 'in/rows.parquet'", Expect::CopyInto),
+    ("RESTORE TABLE s.t TO VERSION 2", Expect::Restore),
     (
         "COPY (SELECT 1 AS a) TO '/tmp/out.csv' STORED AS CSV",
         Expect::Refused(Code::PermissionDenied, "COPY … TO writes files"),
@@ -171,6 +173,9 @@ fn matches(planned: &Planned, expect: &Expect) -> bool {
         }
         (Planned::Write(Write::CopyInto(copy)), Expect::CopyInto) => {
             copy.table.to_string() == "s.t"
+        }
+        (Planned::Write(Write::Restore(restore)), Expect::Restore) => {
+            restore.table.to_string() == "s.t"
         }
         _ => false,
     }

@@ -1,6 +1,7 @@
 //! The Lance engine: datasets at `<warehouse>/<ns>/<table>.lance`, committed through the manifest
 //! store. [`Engine`] reads (query and metadata); [`WriteEngine`] also writes (metadata only).
 
+mod index;
 mod maintain;
 mod pinned;
 mod restore;
@@ -27,6 +28,7 @@ use crate::catalog::{NamespaceName, TableName};
 use crate::manifest::{Lease, LeaseError, LeaseOf, ManifestStore, ReadOnlyManifestStore, Renewed};
 use crate::store::StoreError;
 
+pub use index::{IndexDefinition, IndexKind, IndexListing, VectorMetric, VectorOptions, indices};
 pub use maintain::{Compaction, Removal, VersionTime, is_conflict};
 pub use restore::{RestorePoint, RestoreTarget, Restoring};
 pub use warehouse::{TableRef, Warehouse};
@@ -75,6 +77,13 @@ pub enum EngineError {
         #[source]
         source: Box<LeaseError>,
     },
+    #[error("table {table} already has an index named {index:?}")]
+    IndexExists { table: TableRef, index: String },
+    #[error("table {table} has no index named {index:?}")]
+    NoSuchIndex { table: TableRef, index: String },
+    /// An index that cannot be built on that column, or with those options.
+    #[error("cannot index {table}: {detail}")]
+    InvalidIndex { table: TableRef, detail: String },
     /// A restore to a version the table no longer has (maintenance removed it) or never had.
     #[error(
         "table {table} has no {wanted} to restore: {kept} (maintenance removes versions past its retention)"

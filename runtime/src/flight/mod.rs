@@ -12,6 +12,7 @@ mod depth;
 mod distributed;
 mod fetch;
 mod handle;
+mod index;
 mod info;
 mod ingress;
 mod limits;

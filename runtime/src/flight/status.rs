@@ -48,7 +48,11 @@ pub(super) fn engine(e: EngineError) -> Status {
             ))
         }
         EngineError::NotFound(t) => Status::not_found(format!("table {t} does not exist")),
-        e @ EngineError::NoSuchVersion { .. } => Status::not_found(e.to_string()),
+        e @ (EngineError::NoSuchVersion { .. } | EngineError::NoSuchIndex { .. }) => {
+            Status::not_found(e.to_string())
+        }
+        e @ EngineError::IndexExists { .. } => Status::already_exists(e.to_string()),
+        e @ EngineError::InvalidIndex { .. } => Status::invalid_argument(e.to_string()),
         EngineError::AlreadyExists(t) => {
             Status::already_exists(format!("table {t} already exists"))
         }

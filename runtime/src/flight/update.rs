@@ -100,6 +100,18 @@ impl LakeFlightSql {
                 .restore_table(&restore.table, restore.to)
                 .await
                 .map(|_| 0),
+            Write::CreateIndex(index) => metadata
+                .create_index(&index.table, &index.definition, index.if_not_exists)
+                .await
+                .map(|()| 0),
+            Write::DropIndex {
+                table,
+                name,
+                if_exists,
+            } => metadata
+                .drop_index(&table, &name, if_exists)
+                .await
+                .map(|()| 0),
         };
         rows.map(|rows| rows as i64).map_err(status::write)
     }

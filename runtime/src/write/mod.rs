@@ -1,6 +1,6 @@
 //! Every write of the metadata role, in one place: DDL (schemas, tables, `CREATE TABLE … AS`),
-//! DML (`INSERT`, `DELETE`), bulk ingest (create, append, replace), `COPY INTO`, `RESTORE` and
-//! drop.
+//! DML (`INSERT`, `DELETE`), bulk ingest (create, append, replace), `COPY INTO`, `RESTORE`,
+//! indices and drop.
 //!
 //! The rules every write follows:
 //! - **Conformance** ([`crate::conform`]): rows that bring their own schema (ingest, stage files)
@@ -28,7 +28,7 @@ use lake_common::stage::StagePath;
 
 use crate::catalog::{CatalogError, NamespaceName, TableEntry, new_entry};
 use crate::context::MetadataContext;
-use crate::engine::{RestoreTarget, Restoring, RowStream, TableRef};
+use crate::engine::{IndexDefinition, RestoreTarget, Restoring, RowStream, TableRef};
 use crate::stage::{self, FileFormat};
 
 pub use error::WriteError;
@@ -259,6 +259,35 @@ impl MetadataContext {
                 Err(e.into())
             }
         }
+    }
+
+    /// `CREATE INDEX`: builds `index` on a registered table, one commit.
+    pub async fn create_index(
+        &self,
+        table: &TableRef,
+        index: &IndexDefinition,
+        if_not_exists: bool,
+    ) -> Result<(), WriteError> {
+        self.registry()
+            .get_table(&table.namespace, &table.table)
+            .await?;
+        Ok(self
+            .engine()
+            .create_index(table, index, if_not_exists)
+            .await?)
+    }
+
+    /// `DROP INDEX`: one commit without the index.
+    pub async fn drop_index(
+        &self,
+        table: &TableRef,
+        name: &str,
+        if_exists: bool,
+    ) -> Result<(), WriteError> {
+        self.registry()
+            .get_table(&table.namespace, &table.table)
+            .await?;
+        Ok(self.engine().drop_index(table, name, if_exists).await?)
     }
 
     /// Drops a table: its files and manifest rows first (idempotent), then its registration, so

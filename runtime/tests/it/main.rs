@@ -20,4 +20,5 @@ mod manifest;
 mod plan;
 mod restore;
 mod sdk;
+mod search;
 mod store;

@@ -36,6 +36,11 @@ impl LakeTable {
         }
     }
 
+    /// The dataset at the version this statement reads.
+    pub(in crate::flight) fn dataset(&self) -> Arc<lance::dataset::Dataset> {
+        self.lance.dataset()
+    }
+
     /// The bytes of the table's data files at the opened version.
     pub(super) fn bytes(&self) -> u64 {
         FragmentRef::all_of(&self.lance.dataset())

@@ -19,6 +19,7 @@ use datafusion::logical_expr::dml::InsertOp;
 
 use super::catalog::CATALOG;
 use super::copy::CopyInto;
+use super::index::CreateIndexStatement;
 use super::restore::Restore;
 use crate::catalog::{NamespaceName, TableName};
 use crate::engine::TableRef;
@@ -64,6 +65,14 @@ pub(super) enum Write {
     CopyInto(CopyInto),
     /// `RESTORE TABLE … TO …`.
     Restore(Restore),
+    /// `CREATE INDEX …`.
+    CreateIndex(CreateIndexStatement),
+    /// `DROP INDEX [IF EXISTS] name ON table`.
+    DropIndex {
+        table: TableRef,
+        name: String,
+        if_exists: bool,
+    },
 }
 
 impl Write {
@@ -312,6 +321,12 @@ pub(super) async fn plan(
         }
         return restore.map(|r| Planned::Write(Write::Restore(r)));
     }
+    if let Some(table) = super::index::show(sql) {
+        if params.is_some() {
+            return Err(unbindable());
+        }
+        return show_indexes(ctx, &table?).await.map(Planned::Read);
+    }
     if let Some(copy) = super::copy::parse(sql) {
         if params.is_some() {
             return Err(unbindable());
@@ -319,6 +334,28 @@ pub(super) async fn plan(
         return copy.map(|c| Planned::Write(Write::CopyInto(c)));
     }
     let mut statement = parse_one(sql)?;
+    if let DFStatement::Statement(boxed) = &statement {
+        let index = match boxed.as_ref() {
+            Statement::CreateIndex(index) => {
+                Some(super::index::create(index).map(|c| Planned::Write(Write::CreateIndex(c))))
+            }
+            other => super::index::drop(other).map(|d| {
+                d.map(|(table, name, if_exists)| {
+                    Planned::Write(Write::DropIndex {
+                        table,
+                        name,
+                        if_exists,
+                    })
+                })
+            }),
+        };
+        if let Some(index) = index {
+            if params.is_some() {
+                return Err(unbindable());
+            }
+            return index;
+        }
+    }
     number_placeholders(&mut statement);
     binary_types_as_bytea(&mut statement);
     if enumerates_the_warehouse(&statement)? {
@@ -374,6 +411,52 @@ pub(super) async fn plan(
 
 /// The longest statement many rows of values may be bound to.
 const MAX_BOUND_SQL: usize = 64 * 1024;
+
+/// `SHOW INDEXES FROM table`: its indices, at the version a statement reads now, as rows.
+async fn show_indexes(ctx: &SessionContext, table: &TableRef) -> Result<LogicalPlan, Status> {
+    use arrow::array::{StringArray, UInt64Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let reference = TableReference::partial(table.namespace.as_str(), table.table.as_str());
+    let provider = ctx
+        .table_provider(reference)
+        .await
+        .map_err(|_| Status::not_found(format!("table {table} does not exist")))?;
+    let any: &dyn std::any::Any = provider.as_ref();
+    let lake = any
+        .downcast_ref::<super::distributed::LakeTable>()
+        .ok_or_else(|| Status::invalid_argument(format!("{table} is not a lake table")))?;
+    let listed = crate::engine::indices(table, &lake.dataset())
+        .await
+        .map_err(super::status::engine)?;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("index_name", DataType::Utf8, false),
+        Field::new("columns", DataType::Utf8, false),
+        Field::new("index_type", DataType::Utf8, false),
+        Field::new("indexed_rows", DataType::UInt64, false),
+        Field::new("unindexed_rows", DataType::UInt64, false),
+    ]));
+    let column = |f: &dyn Fn(&crate::engine::IndexListing) -> String| {
+        StringArray::from_iter_values(listed.iter().map(f))
+    };
+    let batch = arrow::record_batch::RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(column(&|i| i.name.clone())),
+            Arc::new(column(&|i| i.columns.join(","))),
+            Arc::new(column(&|i| i.index_type.clone())),
+            Arc::new(UInt64Array::from_iter_values(
+                listed.iter().map(|i| i.indexed_rows),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                listed.iter().map(|i| i.unindexed_rows),
+            )),
+        ],
+    )
+    .map_err(|e| Status::internal(e.to_string()))?;
+    ctx.read_batch(batch)
+        .map(|frame| frame.into_unoptimized_plan())
+        .map_err(status)
+}
 
 fn unbindable() -> Status {
     Status::unimplemented(

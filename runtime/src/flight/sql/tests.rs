@@ -24,6 +24,8 @@ enum Expect {
     Delete { predicate: Option<&'static str> },
     CopyInto,
     Restore,
+    CreateIndex,
+    DropIndex,
     Refused(Code, &'static str),
 }
 
@@ -85,6 +87,12 @@ const CASES: &[(&str, Expect)] = &[
     ("DELETE FROM s.t", Expect::Delete { predicate: None }),
     ("COPY INTO s.t FROM 'in/rows.parquet'", Expect::CopyInto),
     ("RESTORE TABLE s.t TO VERSION 2", Expect::Restore),
+    (
+        "CREATE INDEX i ON s.t USING BTREE (id)",
+        Expect::CreateIndex,
+    ),
+    ("DROP INDEX i ON s.t", Expect::DropIndex),
+    ("SHOW INDEXES FROM s.t", Expect::Read),
     (
         "COPY (SELECT 1 AS a) TO '/tmp/out.csv' STORED AS CSV",
         Expect::Refused(Code::PermissionDenied, "COPY … TO writes files"),
@@ -176,6 +184,12 @@ fn matches(planned: &Planned, expect: &Expect) -> bool {
         }
         (Planned::Write(Write::Restore(restore)), Expect::Restore) => {
             restore.table.to_string() == "s.t"
+        }
+        (Planned::Write(Write::CreateIndex(index)), Expect::CreateIndex) => {
+            index.table.to_string() == "s.t"
+        }
+        (Planned::Write(Write::DropIndex { table, .. }), Expect::DropIndex) => {
+            table.to_string() == "s.t"
         }
         _ => false,
     }

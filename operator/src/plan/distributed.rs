@@ -32,9 +32,9 @@ pub const KUBERNETES_DIR: &str = "/var/run/secrets/lake-kubernetes";
 /// How long a stopping query pod keeps serving after it leaves discovery: its peers see it
 /// go (not ready, terminating) and stop sending it stages before it stops listening.
 pub const DRAIN_SECONDS: i64 = 10;
-/// What a stopping query pod gets beyond its drain when no statement deadline is set: the
-/// statements it coordinates, and the stages it runs, finish.
-const DEFAULT_GRACE_SECONDS: i64 = 300;
+/// The longest grace period rendered (a day): a statement deadline beyond it does not hold a
+/// stopping pod longer.
+const MAX_GRACE_SECONDS: u64 = 24 * 3600;
 
 /// The headless Service of the workers, and the name their certificate carries.
 pub fn worker_name(cluster: &ValidatedCluster) -> String {
@@ -163,11 +163,17 @@ pub(crate) fn pod_parts(cluster: &ValidatedCluster) -> Option<PodParts> {
             }),
             ..Default::default()
         },
-        grace_seconds: DRAIN_SECONDS
-            + cluster
-                .query_timeout_seconds
-                .and_then(|t| i64::try_from(t).ok())
-                .unwrap_or(DEFAULT_GRACE_SECONDS),
+        // The drain, then the statements it coordinates (and the stages it runs) finish within
+        // their deadline: the spec's, or the runtime's default.
+        grace_seconds: DRAIN_SECONDS.saturating_add(
+            i64::try_from(
+                cluster
+                    .query_timeout_seconds
+                    .unwrap_or(lake_common::config::Limits::DEFAULT_QUERY_TIMEOUT_SECONDS)
+                    .min(MAX_GRACE_SECONDS),
+            )
+            .unwrap_or(0),
+        ),
     })
 }
 
@@ -314,7 +320,19 @@ mod tests {
         assert_eq!(pod.automount_service_account_token, Some(false));
         assert_eq!(
             pod.termination_grace_period_seconds,
-            Some(DRAIN_SECONDS + 300)
+            Some(DRAIN_SECONDS + 600)
+        );
+        // A deadline past a day does not hold a stopping pod longer (nor overflow).
+        let mut forever = c.clone();
+        forever.query_timeout_seconds = Some(u64::MAX);
+        let held = query_deployment(&objects_of(&forever))
+            .spec
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(
+            held.termination_grace_period_seconds,
+            Some(DRAIN_SECONDS + 24 * 3600)
         );
         let container = &pod.containers[0];
         let ports: Vec<_> = container

@@ -333,7 +333,13 @@ async fn apply_cluster(cluster: &LakeCluster, ctx: &Context) -> Result<Action, R
                     .as_ref()
                     .and_then(|s| s.tls.as_ref())
                     .and_then(|t| plan::tls::generation_of(&validated, &t.secret));
-                let generations = plan::tls::generations(issued, serving, apply::tls::now());
+                let mut generations = plan::tls::generations(issued, serving, apply::tls::now());
+                // Distributed query mounts the worker certificate, which only the newest
+                // generation is known to carry (its CA ConfigMap lists it): a generation
+                // published ahead is served now rather than pods wait on one without it.
+                if validated.query.distributed.is_some() {
+                    generations.serve = generations.publish;
+                }
                 validated.tls_generation = generations.serve;
                 validated.tls_publish = generations.publish;
             }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::DataType;
 use lance::Dataset;
+use lance::dataset::transaction::{Operation, Transaction};
 use lance::index::DatasetIndexExt;
 use lance::index::vector::VectorIndexParams;
 use lance_index::IndexParams;
@@ -108,6 +109,30 @@ impl WriteEngine {
         index: &IndexDefinition,
         if_not_exists: bool,
     ) -> Result<(), EngineError> {
+        // The table's lease, as a DROP holds it: a maintenance pass does not compact under a
+        // build (its commit would then fail), nor the build commit under a pass.
+        let holder = format!(
+            "CREATE INDEX {} ON {table} ({})",
+            index.name,
+            crate::manifest::holder()
+        );
+        let lease = self
+            .table_lease(table, holder, crate::manifest::LEASE_TTL, super::DROP_WAIT)
+            .await
+            .map_err(|e| EngineError::lease(table, e))?
+            .keep_renewed();
+        let created = self.create_held(table, index, if_not_exists, &lease).await;
+        lease.release().await;
+        created
+    }
+
+    async fn create_held(
+        &self,
+        table: &TableRef,
+        index: &IndexDefinition,
+        if_not_exists: bool,
+        lease: &crate::manifest::Renewed,
+    ) -> Result<(), EngineError> {
         let _guard = self.lock(table).await;
         let (mut dataset, exists) = self.open_with_index(table, &index.name).await?;
         if exists {
@@ -133,20 +158,29 @@ impl WriteEngine {
             .await
             .map_err(Engine::lance_err("count the rows of", table))?;
         let (lance_type, params) = params(index, &data_type, rows).map_err(invalid)?;
-        dataset
-            .create_index(
-                &[index.column.as_str()],
-                lance_type,
-                Some(index.name.clone()),
-                params.as_ref(),
-                false,
-            )
+        // Built, not committed, by Lance; committed as every lake write is (no auto-cleanup,
+        // lake's retries), once the lease shows no maintenance pass came in meanwhile.
+        let built = dataset
+            .create_index_builder(&[index.column.as_str()], lance_type, params.as_ref())
+            .name(index.name.clone())
+            .execute_uncommitted()
             .await
             .map_err(|e| match e {
                 lance::Error::InvalidInput { .. } => invalid(e.to_string()),
                 e => Engine::lance_err("build an index on", table)(e),
             })?;
-        Ok(())
+        lease.check().map_err(|e| EngineError::lease(table, e))?;
+        let transaction = Transaction::new(
+            built.dataset_version,
+            Operation::CreateIndex {
+                new_indices: vec![built],
+                removed_indices: Vec::new(),
+            },
+            None,
+        );
+        self.commit_transaction(table, "create an index on", transaction, None)
+            .await
+            .map(|_| ())
     }
 
     /// Drops the index `name` of `table` (its files stay until maintenance removes the
@@ -158,7 +192,7 @@ impl WriteEngine {
         if_exists: bool,
     ) -> Result<(), EngineError> {
         let _guard = self.lock(table).await;
-        let (mut dataset, exists) = self.open_with_index(table, name).await?;
+        let (dataset, exists) = self.open_with_index(table, name).await?;
         if !exists {
             return match if_exists {
                 true => Ok(()),
@@ -168,10 +202,25 @@ impl WriteEngine {
                 }),
             };
         }
-        dataset
-            .drop_index(name)
+        let removed: Vec<_> = dataset
+            .load_indices()
             .await
-            .map_err(Engine::lance_err("drop an index of", table))
+            .map_err(Engine::lance_err("list the indices of", table))?
+            .iter()
+            .filter(|i| i.name == name)
+            .cloned()
+            .collect();
+        let transaction = Transaction::new(
+            dataset.version().version,
+            Operation::CreateIndex {
+                new_indices: Vec::new(),
+                removed_indices: removed,
+            },
+            None,
+        );
+        self.commit_transaction(table, "drop an index of", transaction, None)
+            .await
+            .map(|_| ())
     }
 }
 

@@ -38,7 +38,8 @@ fn table_of(name: &ObjectName) -> Result<TableRef, Status> {
 /// An index name: what Lance stores, so letters, digits and `_`, at most 128.
 fn index_name(name: &str) -> Result<String, Status> {
     let ok = (1..=128).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        // A letter first: Lance's own indices start with `__` (dropping one would be harmful).
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if ok {
         Ok(name.to_owned())
@@ -178,9 +179,10 @@ fn vector_options(
                     _ => return Err(bad(key, value, "4 or 8")),
                 })
             }
-            "m" if kind == IndexKind::IvfHnswSq => vector.m = Some(number(256)?),
+            // Bounded: a build's time and memory grow with both.
+            "m" if kind == IndexKind::IvfHnswSq => vector.m = Some(number(64)?),
             "ef_construction" if kind == IndexKind::IvfHnswSq => {
-                vector.ef_construction = Some(number(10_000)?)
+                vector.ef_construction = Some(number(1_000)?)
             }
             _ => {
                 return Err(Status::invalid_argument(format!(
@@ -328,6 +330,10 @@ mod tests {
         assert!(err("CREATE UNIQUE INDEX i ON s.t USING BTREE (a)").contains("UNIQUE"));
         let e = err("CREATE INDEX \"a-b\" ON s.t USING BTREE (a)");
         assert!(e.contains("index name"), "{e}");
+        let e = drop(&statement("DROP INDEX __lance_frag_reuse ON s.t"))
+            .unwrap()
+            .unwrap_err();
+        assert!(e.message().contains("index name"), "{e}");
         let e = drop(&statement("DROP INDEX i")).unwrap().unwrap_err();
         assert!(e.message().contains("ON <schema>.<table>"), "{e}");
     }

@@ -218,12 +218,20 @@ impl MetadataContext {
         table: &TableRef,
         to: RestoreTarget,
     ) -> Result<u64, WriteError> {
-        let previous = self
-            .registry()
+        // Fail early if it is not registered; read again once the table is held, as a replace
+        // may change it while the restore waits for the lease.
+        self.registry()
             .get_table(&table.namespace, &table.table)
             .await?;
         let restoring = self.engine().restoring(table).await?;
-        let restored = self.restore_held(&restoring, &previous, to).await;
+        let restored = match self
+            .registry()
+            .get_table(&table.namespace, &table.table)
+            .await
+        {
+            Ok(previous) => self.restore_held(&restoring, &previous, to).await,
+            Err(e) => Err(e.into()),
+        };
         restoring.finish().await;
         restored
     }

@@ -36,6 +36,13 @@ pub(super) fn engine(e: EngineError) -> Status {
     if let Some(message) = exhausted(&e) {
         return Status::resource_exhausted(message);
     }
+    // Another commit to the table won (a maintenance pass, another writer) past Lance's
+    // retries: nothing was written, and the same statement may succeed when sent again.
+    if crate::engine::is_conflict(&e) {
+        return Status::aborted(format!(
+            "{e}; another commit to the table came first and nothing was written: try again"
+        ));
+    }
     match e {
         EngineError::Deadline { .. } => Status::deadline_exceeded(e.to_string()),
         // Held by a maintenance pass for now: the same statement succeeds later.
@@ -113,5 +120,30 @@ pub(super) fn decode(what: &str, e: arrow_flight::error::FlightError) -> Status 
     match e {
         arrow_flight::error::FlightError::Tonic(status) => *status,
         other => Status::invalid_argument(format!("{what}: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{NamespaceName, TableName};
+    use crate::engine::TableRef;
+
+    /// A commit that lost to another past Lance's retries is ABORTED (send it again), not an
+    /// internal error.
+    #[test]
+    fn a_lost_commit_is_aborted_and_says_to_try_again() {
+        let table = TableRef::new(
+            NamespaceName::parse("s").unwrap(),
+            TableName::parse("t").unwrap(),
+        );
+        let lost = EngineError::Lance {
+            operation: "create an index on",
+            table,
+            source: lance::Error::commit_conflict_source(7, "a compaction came first".into()),
+        };
+        let status = engine(lost);
+        assert_eq!(status.code(), tonic::Code::Aborted, "{status:?}");
+        assert!(status.message().contains("try again"), "{status:?}");
     }
 }

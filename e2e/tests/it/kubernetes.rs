@@ -320,6 +320,24 @@ spec:
         assert!(out.status.success(), "{}", output_text(&out));
     }
 
+    /// `kubectl delete` of the LakeCluster (its finalizer's cleanup done), then until its query
+    /// pod stops answering: garbage collection removes the Deployments, the node stops their
+    /// processes.
+    fn delete(&self) {
+        let (_, query_ip) = self.pod("query");
+        kubectl(&[
+            "delete",
+            "lakecluster",
+            &self.name,
+            "-n",
+            &self.namespace,
+            "--timeout=120s",
+        ]);
+        eventually("the deleted lake still answers", 90, || {
+            !port_open(&query_ip, 8815)
+        });
+    }
+
     /// A condition's reason, once it has one (`""` until then).
     fn reason(&self, condition: &str) -> String {
         kubectl(&[

@@ -538,6 +538,13 @@ async fn tls_cluster(prefix: &str) -> (Harness, String, u64, Api<ConfigMap>, Api
 
 /// The Secret a Deployment's pods mount as their certificate.
 fn mounted_tls_secret(deployment: k8s_openapi::api::apps::v1::Deployment) -> String {
+    tls_volume(deployment).secret_name.unwrap()
+}
+
+/// The TLS volume a Deployment's pods mount.
+fn tls_volume(
+    deployment: k8s_openapi::api::apps::v1::Deployment,
+) -> k8s_openapi::api::core::v1::SecretVolumeSource {
     deployment
         .spec
         .template
@@ -549,8 +556,6 @@ fn mounted_tls_secret(deployment: k8s_openapi::api::apps::v1::Deployment) -> Str
         .find(|v| v.name == "tls")
         .unwrap()
         .secret
-        .unwrap()
-        .secret_name
         .unwrap()
 }
 
@@ -622,15 +627,7 @@ async fn turning_distributed_query_on_renews_only_a_generation_without_the_worke
         "1"
     );
     assert_eq!(certs(cm), "query,metadata,worker");
-    let query = h.deployment("query").await.spec.template.spec.unwrap();
-    let items: Vec<String> = query
-        .volumes
-        .unwrap()
-        .into_iter()
-        .find(|v| v.name == "tls")
-        .unwrap()
-        .secret
-        .unwrap()
+    let items: Vec<String> = tls_volume(h.deployment("query").await)
         .items
         .unwrap()
         .into_iter()

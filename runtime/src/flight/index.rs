@@ -4,6 +4,7 @@
 //! endpoint). Each statement is checked here, completely, before anything reaches Lance: a bad
 //! type, column or option is INVALID_ARGUMENT naming it.
 
+use datafusion::sql::TableReference;
 use datafusion::sql::sqlparser::ast::{
     CreateIndex, Expr, IndexType, ObjectName, ObjectType, Statement, Value,
 };
@@ -21,18 +22,9 @@ fn invalid(detail: &str) -> Status {
     Status::invalid_argument(format!("{detail}; the syntax is {CREATE_USAGE}"))
 }
 
-/// The table `name` names (`<schema>.<table>`).
+/// The table `name` names, resolved as every statement's tables are.
 fn table_of(name: &ObjectName) -> Result<TableRef, Status> {
-    let text = name.to_string();
-    let tokens = tokens(&text).ok_or_else(|| invalid(&format!("{text:?} is not a table name")))?;
-    let mut it = tokens.iter().peekable();
-    let table = table_ref(&mut it, "the index", invalid)?;
-    match it.next() {
-        None => Ok(table),
-        Some(extra) => Err(invalid(&format!(
-            "unexpected {extra} in the table name {text:?}"
-        ))),
-    }
+    super::sql::table_ref(&TableReference::from(name.to_string().as_str()))
 }
 
 /// An index name: what Lance stores, so letters, digits and `_`, at most 128.

@@ -101,6 +101,13 @@ async fn index_ddl_builds_lists_and_drops() {
     }
     let err = refused(&m, "CREATE INDEX x ON s.nope USING BTREE (id)");
     assert!(err.contains("NotFound:"), "{err}");
+    let err = refused(&q, "SHOW INDEXES FROM s.nope");
+    assert!(err.contains("NotFound:") && err.contains("s.nope"), "{err}");
+    let err = refused(&q, "SHOW INDEXES FROM s.t WHERE 1");
+    assert!(
+        err.contains("InvalidArgument:") && err.contains("unexpected"),
+        "{err}"
+    );
 
     ok(&m, "DROP INDEX ids ON s.t");
     assert_eq!(indexes(&q, "s.t").len(), 1);

@@ -77,18 +77,7 @@ async fn e2e_retained_lake_reattaches() {
     for table in &tables {
         assert_eq!(owner(&ddb, table).await, (old.clone(), old.clone()));
     }
-    let (_, query_ip) = lake.pod("query");
-    kubectl(&[
-        "delete",
-        "lakecluster",
-        &lake.name,
-        "-n",
-        &lake.namespace,
-        "--timeout=120s",
-    ]);
-    eventually("the deleted lake still answers", 90, || {
-        !port_open(&query_ip, 8815)
-    });
+    lake.delete();
 
     // Re-created without the opt-in: the tables are another cluster's.
     lake.reapply("");

@@ -65,19 +65,7 @@ async fn e2e_deletion_policies() {
         }
     }
     for lake in [&retained, &deleted] {
-        let (_, query_ip) = lake.pod("query");
-        kubectl(&[
-            "delete",
-            "lakecluster",
-            &lake.name,
-            "-n",
-            &lake.namespace,
-            "--timeout=120s",
-        ]);
-        // Garbage collection removes the Deployments; the node stops their processes.
-        eventually("the deleted lake still answers", 90, || {
-            !port_open(&query_ip, 8815)
-        });
+        lake.delete();
     }
 
     for table in tables(&retained) {

@@ -201,7 +201,7 @@ fn relayed(text: &str) -> Option<(tonic::Code, String, bool)> {
     None
 }
 
-fn table_ref(name: &TableReference) -> Result<TableRef, Status> {
+pub(super) fn table_ref(name: &TableReference) -> Result<TableRef, Status> {
     let (catalog, schema, table) = match name {
         TableReference::Full {
             catalog,

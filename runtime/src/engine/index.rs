@@ -42,6 +42,13 @@ impl IndexKind {
             Self::IvfFlat => &["metric", "num_partitions"],
             Self::IvfPq => &["metric", "num_partitions", "num_sub_vectors", "num_bits"],
             Self::IvfHnswSq => &["metric", "num_partitions", "m", "ef_construction"],
+            Self::Inverted => &[
+                "stem",
+                "remove_stop_words",
+                "lower_case",
+                "with_position",
+                "max_token_length",
+            ],
             _ => &[],
         }
     }
@@ -88,6 +95,43 @@ pub struct IndexDefinition {
     pub column: String,
     pub kind: IndexKind,
     pub vector: Option<VectorOptions>,
+    /// An INVERTED index's tokenizer options (`None`: Lance's defaults).
+    pub text: Option<TextOptions>,
+}
+
+/// How an INVERTED index splits text; `None` fields keep Lance's defaults (English stemming,
+/// stop words removed, lower case, no positions, tokens of at most 40 bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TextOptions {
+    pub stem: Option<bool>,
+    pub remove_stop_words: Option<bool>,
+    pub lower_case: Option<bool>,
+    /// Positions make phrase queries possible (a larger index).
+    pub with_position: Option<bool>,
+    /// `Some(None)`: no limit (what lets Lance serve `contains_tokens` from the index).
+    pub max_token_length: Option<Option<usize>>,
+}
+
+impl TextOptions {
+    fn params(&self) -> InvertedIndexParams {
+        let mut params = InvertedIndexParams::default();
+        if let Some(stem) = self.stem {
+            params = params.stem(stem);
+        }
+        if let Some(remove) = self.remove_stop_words {
+            params = params.remove_stop_words(remove);
+        }
+        if let Some(lower) = self.lower_case {
+            params = params.lower_case(lower);
+        }
+        if let Some(positions) = self.with_position {
+            params = params.with_position(positions);
+        }
+        if let Some(length) = self.max_token_length {
+            params = params.max_token_length(length);
+        }
+        params
+    }
 }
 
 /// One index as `SHOW INDEXES` lists it.
@@ -330,7 +374,7 @@ fn params(
         IndexKind::Inverted => match data_type {
             DataType::Utf8 | DataType::LargeUtf8 => Ok((
                 lance_index::IndexType::Inverted,
-                Arc::new(InvertedIndexParams::default()),
+                Arc::new(index.text.clone().unwrap_or_default().params()),
             )),
             other => Err(format!(
                 "an INVERTED index needs a text column; {column:?} is {other}"

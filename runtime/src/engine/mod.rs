@@ -28,7 +28,9 @@ use crate::catalog::{NamespaceName, TableName};
 use crate::manifest::{Lease, LeaseError, LeaseOf, ManifestStore, ReadOnlyManifestStore, Renewed};
 use crate::store::StoreError;
 
-pub use index::{IndexDefinition, IndexKind, IndexListing, VectorMetric, VectorOptions, indices};
+pub use index::{
+    IndexDefinition, IndexKind, IndexListing, TextOptions, VectorMetric, VectorOptions, indices,
+};
 pub use maintain::{Compaction, Removal, VersionTime, is_conflict};
 pub use restore::{RestorePoint, RestoreTarget, Restoring};
 pub use warehouse::{TableRef, Warehouse};

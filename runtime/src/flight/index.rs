@@ -13,7 +13,9 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 use tonic::Status;
 
 use super::copy::{is_keyword, table_ref, tokens};
-use crate::engine::{IndexDefinition, IndexKind, TableRef, VectorMetric, VectorOptions};
+use crate::engine::{
+    IndexDefinition, IndexKind, TableRef, TextOptions, VectorMetric, VectorOptions,
+};
 
 const CREATE_USAGE: &str = "CREATE INDEX [IF NOT EXISTS] <name> ON <schema>.<table> USING \
      BTREE|BITMAP|LABEL_LIST|INVERTED|IVF_FLAT|IVF_PQ|IVF_HNSW_SQ (<column>) [WITH (<option> = <value>, …)]";
@@ -113,7 +115,11 @@ pub(super) fn create(index: &CreateIndex) -> Result<CreateIndexStatement, Status
         };
         options.push((key.value.to_ascii_lowercase(), value));
     }
-    let vector = vector_options(kind, &options)?;
+    let (vector, text) = if kind == IndexKind::Inverted {
+        (None, Some(text_options(&options)?))
+    } else {
+        (vector_options(kind, &options)?, None)
+    };
     Ok(CreateIndexStatement {
         table,
         definition: IndexDefinition {
@@ -121,9 +127,49 @@ pub(super) fn create(index: &CreateIndex) -> Result<CreateIndexStatement, Status
             column,
             kind,
             vector,
+            text,
         },
         if_not_exists: index.if_not_exists,
     })
+}
+
+/// The options of an INVERTED index.
+fn text_options(options: &[(String, String)]) -> Result<TextOptions, Status> {
+    let mut text = TextOptions::default();
+    for (key, value) in options {
+        let flag = || match value.to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(Status::invalid_argument(format!(
+                "index option {key} = {value:?}: true or false"
+            ))),
+        };
+        match key.as_str() {
+            "stem" => text.stem = Some(flag()?),
+            "remove_stop_words" => text.remove_stop_words = Some(flag()?),
+            "lower_case" => text.lower_case = Some(flag()?),
+            "with_position" => text.with_position = Some(flag()?),
+            "max_token_length" => {
+                text.max_token_length = Some(match value.parse::<usize>() {
+                    Ok(0) => None,
+                    Ok(n) if n <= 65_536 => Some(n),
+                    _ => {
+                        return Err(Status::invalid_argument(format!(
+                            "index option {key} = {value:?}: a whole number from 1 to 65536, \
+                             or 0 for no limit"
+                        )));
+                    }
+                })
+            }
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "index option {key}: not an option of an INVERTED index (it takes {})",
+                    IndexKind::Inverted.options().join(", ")
+                )));
+            }
+        }
+    }
+    Ok(text)
 }
 
 /// The options of a vector index (none for a scalar one: any given is refused, by name).

@@ -22,6 +22,7 @@ mod protocol;
 mod redact;
 mod repeat;
 mod restore;
+mod search;
 mod service;
 mod sql;
 mod statement;

@@ -109,6 +109,7 @@ pub(super) fn write(e: WriteError) -> Status {
         }
         WriteError::Load(e) => Status::invalid_argument(e.to_string()),
         e @ WriteError::Mismatch { .. } => Status::invalid_argument(e.to_string()),
+        e @ WriteError::SchemaNotEmpty { .. } => Status::failed_precondition(e.to_string()),
         WriteError::Plan(e) => super::sql::status(e),
         other => Status::internal(other.to_string()),
     }

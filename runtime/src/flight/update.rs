@@ -78,6 +78,14 @@ impl LakeFlightSql {
             Write::DropTable { table, if_exists } => {
                 metadata.drop_table_if(&table, if_exists).await.map(|()| 0)
             }
+            Write::DropSchema {
+                namespace,
+                if_exists,
+                cascade,
+            } => metadata
+                .drop_namespace(&namespace, if_exists, cascade)
+                .await
+                .map(|()| 0),
             Write::Insert { table, rows } => {
                 // A prepared INSERT redeemed without values still holds its placeholders.
                 if !rows.get_parameter_types().map_err(sql::status)?.is_empty() {

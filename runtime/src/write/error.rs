@@ -24,6 +24,14 @@ pub enum WriteError {
         table: TableRef,
         problems: Vec<String>,
     },
+    /// `DROP SCHEMA` without `CASCADE` of a schema holding tables.
+    #[error(
+        "schema {namespace} holds tables ({tables}): drop them, or DROP SCHEMA {namespace} CASCADE"
+    )]
+    SchemaNotEmpty {
+        namespace: crate::catalog::NamespaceName,
+        tables: String,
+    },
     /// The SQL plan whose rows were to be written could not run.
     #[error(transparent)]
     Plan(datafusion::error::DataFusionError),

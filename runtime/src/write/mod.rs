@@ -47,6 +47,46 @@ impl MetadataContext {
         }
     }
 
+    /// `DROP SCHEMA`: with `cascade`, each of its tables is dropped as `DROP TABLE` drops one
+    /// (data first, then the registration), and the namespace last, so a failure part-way
+    /// leaves a schema that can be dropped again; without it, a schema holding tables is
+    /// refused, naming them. With `if_exists`, a schema that does not exist is no error.
+    pub async fn drop_namespace(
+        &self,
+        namespace: &NamespaceName,
+        if_exists: bool,
+        cascade: bool,
+    ) -> Result<(), WriteError> {
+        let registry = self.registry();
+        if !registry.namespace_exists(namespace).await? {
+            return match if_exists {
+                true => Ok(()),
+                false => Err(CatalogError::NoSuchNamespace(namespace.clone()).into()),
+            };
+        }
+        let tables = registry.list_tables(namespace).await?;
+        if !cascade && !tables.is_empty() {
+            let names: Vec<String> = tables.iter().map(|t| t.name.to_string()).collect();
+            return Err(WriteError::SchemaNotEmpty {
+                namespace: namespace.clone(),
+                tables: names.join(", "),
+            });
+        }
+        for entry in tables {
+            let table = TableRef::new(namespace.clone(), entry.name.clone());
+            self.drop_table_if(&table, true).await?;
+        }
+        match registry.drop_namespace(namespace).await {
+            // A table created meanwhile keeps the schema: said so, nothing of it dropped.
+            Err(CatalogError::NamespaceNotEmpty(_)) => Err(WriteError::SchemaNotEmpty {
+                namespace: namespace.clone(),
+                tables: "a table created while it was being dropped".into(),
+            }),
+            Err(CatalogError::NoSuchNamespace(_)) if if_exists => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
     /// Creates a table: registers it (a conditional write, so a concurrent create of the same
     /// name loses cleanly), then commits its dataset. If the dataset cannot be created, the
     /// registration is withdrawn, so nothing half-done is left.

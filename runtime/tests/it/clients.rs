@@ -27,19 +27,24 @@ fn suite(name: &str, mut command: Command) -> String {
 }
 
 fn jdbc(args: &[&str]) -> Command {
+    java("JdbcConformance.java", args)
+}
+
+/// The single-file Java program `source` (in `runtime/tests/clients/`) with the JDBC driver.
+pub(crate) fn java(source: &str, args: &[&str]) -> Command {
     let mut command = Command::new("java");
     command
         // The driver's Arrow memory needs it on Java 17+.
         .arg("--add-opens=java.base/java.nio=ALL-UNNAMED")
         .arg("-cp")
         .arg(client_tool(JDBC_DRIVER))
-        .arg(workspace_root().join("runtime/tests/clients/JdbcConformance.java"))
+        .arg(workspace_root().join("runtime/tests/clients").join(source))
         .args(args)
         .current_dir(workspace_root());
     command
 }
 
-fn go(args: &[&str]) -> Command {
+pub(crate) fn go(args: &[&str]) -> Command {
     let mut command = Command::new(client_tool("gosql"));
     command.args(args);
     command

@@ -395,3 +395,58 @@ fn tickets_run_their_kept_plan_once_then_plan_again() {
     assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
     eprint!("{stdout}");
 }
+
+/// `DROP SCHEMA`: refused while it holds tables (naming them, nothing dropped) unless
+/// `CASCADE`, which drops each table with its data and then the schema; `IF EXISTS`; refused on
+/// query; a schema created again under the name starts empty.
+#[test]
+fn drop_schema_is_atomic() {
+    let lake = LocalLake::start();
+    let (q, m) = (lake.query.clone(), lake.metadata.clone());
+    let run = |endpoint: &str, sql: &str| crate::support::lake_sql(endpoint, sql);
+    let ok = |endpoint: &str, sql: &str| {
+        let (ok, out, err) = run(endpoint, sql);
+        assert!(ok, "{sql}: {out}{err}");
+        out
+    };
+    ok(&m, "CREATE SCHEMA d");
+    ok(&m, "CREATE TABLE d.a (id BIGINT)");
+    ok(&m, "CREATE TABLE d.b (id BIGINT)");
+    ok(&m, "INSERT INTO d.a VALUES (1), (2)");
+
+    let (dropped, _, err) = run(&m, "DROP SCHEMA d");
+    assert!(!dropped);
+    assert!(
+        err.contains("FailedPrecondition:")
+            && err.contains("holds tables (a, b)")
+            && err.contains("CASCADE"),
+        "{err}"
+    );
+    let (dropped, _, err) = run(&m, "DROP SCHEMA d RESTRICT");
+    assert!(!dropped && err.contains("holds tables"), "{err}");
+    assert!(ok(&q, "SELECT count(*) AS n FROM d.a").contains("| 2 "));
+
+    let (dropped, _, err) = run(&q, "DROP SCHEMA d CASCADE");
+    assert!(!dropped && err.contains("PermissionDenied:"), "{err}");
+    assert!(ok(&q, "SELECT count(*) AS n FROM d.a").contains("| 2 "));
+
+    ok(&m, "DROP SCHEMA d CASCADE");
+    let (read, _, err) = run(&q, "SELECT * FROM d.a");
+    assert!(!read && err.contains("NotFound:"), "{err}");
+    assert!(!ok(&q, "SELECT schema_name FROM information_schema.schemata").contains("| d "));
+    assert!(
+        !lake.dir.path().join("d/a.lance").exists(),
+        "the dropped table's data is still on disk"
+    );
+    let (dropped, _, err) = run(&m, "DROP SCHEMA d");
+    assert!(
+        !dropped && err.contains("NotFound:") && err.contains("schema d"),
+        "{err}"
+    );
+    ok(&m, "DROP SCHEMA IF EXISTS d");
+
+    ok(&m, "CREATE SCHEMA d");
+    ok(&m, "CREATE TABLE d.a (id BIGINT)");
+    assert!(ok(&q, "SELECT count(*) AS n FROM d.a").contains("| 0 "));
+    ok(&m, "DROP SCHEMA lake.d CASCADE");
+}

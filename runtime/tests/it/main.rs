@@ -22,3 +22,4 @@ mod restore;
 mod sdk;
 mod search;
 mod store;
+mod vector_search;

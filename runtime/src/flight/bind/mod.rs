@@ -37,8 +37,10 @@ pub(super) fn parameter_schema(plan: &LogicalPlan) -> Result<Option<Schema>, Sta
     if types.is_empty() {
         return Ok(None);
     }
+    let inferred = infer::parameter_types(plan);
     let mut fields: Vec<(usize, Field)> = Vec::with_capacity(types.len());
     for (id, data_type) in types {
+        let data_type = data_type.or_else(|| inferred.get(&id).cloned());
         let (Some(at), Some(data_type)) = (position(&id), data_type) else {
             return Ok(None);
         };
@@ -306,5 +308,6 @@ pub(super) fn schema_bytes(schema: Option<Schema>) -> Result<bytes::Bytes, Statu
     Ok(bytes)
 }
 
+mod infer;
 #[cfg(test)]
 mod tests;

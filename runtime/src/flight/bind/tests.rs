@@ -192,3 +192,44 @@ async fn rows_without_parameters_or_parameters_without_rows_are_refused() {
     let with = insert_input("INSERT INTO t VALUES ($1, $2)").await;
     assert!(bind_rows(with, &[]).is_err());
 }
+
+#[tokio::test]
+async fn a_searchs_query_vector_is_a_list_of_the_columns_element_type() {
+    use arrow::datatypes::Field;
+    use std::sync::Arc;
+    let ctx = SessionContext::new();
+    let item = Arc::new(Field::new("item", DataType::Float32, true));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("emb", DataType::FixedSizeList(item, 3), true),
+    ]));
+    ctx.register_batch("v", RecordBatch::new_empty(schema))
+        .unwrap();
+    let types = |sql: &'static str| {
+        let ctx = ctx.clone();
+        async move {
+            let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+            parameter_schema(&plan).unwrap().map(|s| {
+                s.fields()
+                    .iter()
+                    .map(|f| f.data_type().clone())
+                    .collect::<Vec<_>>()
+            })
+        }
+    };
+    let list = DataType::List(Arc::new(Field::new("item", DataType::Float32, true)));
+    assert_eq!(
+        types("SELECT id FROM v ORDER BY cosine_distance(emb, $1) LIMIT 3").await,
+        Some(vec![list.clone()])
+    );
+    assert_eq!(
+        types("SELECT id FROM v WHERE id > $2 ORDER BY inner_product($1, emb) DESC LIMIT 3").await,
+        Some(vec![list, DataType::Int64])
+    );
+    assert_eq!(
+        types("SELECT array_distance(emb, CAST(string_to_array($1, ',') AS FLOAT[])) FROM v").await,
+        Some(vec![DataType::Utf8])
+    );
+    // Nothing says what `$1` is here.
+    assert_eq!(types("SELECT array_distance($1, $2)").await, None);
+}

@@ -52,6 +52,12 @@ pub(super) enum Write {
         table: TableRef,
         if_exists: bool,
     },
+    /// `DROP SCHEMA [IF EXISTS] s [CASCADE | RESTRICT]`.
+    DropSchema {
+        namespace: NamespaceName,
+        if_exists: bool,
+        cascade: bool,
+    },
     Insert {
         table: TableRef,
         rows: LogicalPlan,
@@ -201,7 +207,7 @@ fn relayed(text: &str) -> Option<(tonic::Code, String, bool)> {
     None
 }
 
-pub(super) fn table_ref(name: &TableReference) -> Result<TableRef, Status> {
+pub(in crate::flight) fn table_ref(name: &TableReference) -> Result<TableRef, Status> {
     let (catalog, schema, table) = match name {
         TableReference::Full {
             catalog,
@@ -361,6 +367,7 @@ pub(super) async fn plan(
     if enumerates_the_warehouse(&statement)? {
         list_the_warehouse(ctx).await?;
     }
+    super::search::register_table_functions(ctx, &statement).await?;
     // DELETE: its predicate is planned here, in this session (see `delete.rs`).
     if let DFStatement::Statement(boxed) = &statement
         && let Statement::Delete(delete) = boxed.as_ref()
@@ -536,6 +543,19 @@ fn classify(sql: &str, plan: LogicalPlan) -> Result<Planned, Status> {
                 schema,
                 if_not_exists: c.if_not_exists,
                 rows,
+            })
+        }
+        LogicalPlan::Ddl(DdlStatement::DropCatalogSchema(d)) => {
+            let name = match &d.name {
+                datafusion::common::SchemaReference::Bare { schema } => schema.to_string(),
+                datafusion::common::SchemaReference::Full { schema, catalog } => {
+                    format!("{catalog}.{schema}")
+                }
+            };
+            Planned::Write(Write::DropSchema {
+                namespace: schema_name(&name)?,
+                if_exists: d.if_exists,
+                cascade: d.cascade,
             })
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(d)) => Planned::Write(Write::DropTable {

@@ -17,6 +17,7 @@ use super::super::bounded::Budget;
 use super::super::cancel::YieldAboveEveryOperator;
 use super::super::catalog::{CATALOG, LakeCatalog};
 use super::super::repeat::BoundRepetition;
+use super::super::search::{LakeSettings, NearestNeighbours};
 use super::status;
 use crate::engine::Engine;
 
@@ -81,16 +82,20 @@ pub(crate) async fn session(
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true)
         // What plans made outside the optimizer (a DELETE's predicate) count against.
-        .with_extension(Arc::new(budget.clone()));
+        .with_extension(Arc::new(budget.clone()))
+        .with_option_extension(LakeSettings::default());
     let runtime = runtime_env(memory.clone(), disk).map_err(status)?;
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
+        .with_optimizer_rule(Arc::new(NearestNeighbours))
         .with_physical_optimizer_rule(Arc::new(BoundRepetition))
         .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator))
         .build();
     let ctx = SessionContext::new_with_state(state);
+    // `contains_tokens(col, 'words')`: a filter Lance answers from the column's inverted index.
+    ctx.register_udf(lance_datafusion::udf::CONTAINS_TOKENS_UDF.clone());
     super::super::bounded::register(&ctx, &budget);
     // Tables resolve when a statement names them; the warehouse is listed only for a
     // statement that enumerates it (see `plan`).

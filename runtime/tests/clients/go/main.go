@@ -1,6 +1,7 @@
 // The Go database/sql conformance suite: arrow-go's Flight SQL driver against a running lake.
 //
 // usage: gosql QUERY_ENDPOINT METADATA_ENDPOINT [QUERY_TOKEN METADATA_TOKEN]
+//        gosql search QUERY_ENDPOINT SQL VECTOR
 //
 // Endpoints are grpc://host:port. Each check prints "ok <name>" or "FAIL <name>: <why>"; the last
 // line is "<n> passed, <m> failed" and the exit status is non-zero when any failed.
@@ -71,7 +72,49 @@ func exec(db *sql.DB, want int64, query string, args ...any) error {
 	return expect(query+" rows affected", n, want)
 }
 
+// search runs SQL (one parameter: the query vector as comma-separated text, which Go's
+// database/sql can bind) and prints the first column of each row, then "index <true|false>":
+// whether EXPLAIN of the same bound statement shows Lance's ANN nodes.
+func search(endpoint, query, vector string) {
+	db := open(endpoint, "")
+	defer db.Close()
+	rows, err := db.Query(query, vector)
+	if err != nil {
+		fmt.Printf("FAIL %s: %v\n", query, err)
+		os.Exit(1)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			fmt.Printf("FAIL scan: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println(id)
+	}
+	rows.Close()
+	plan := ""
+	explain, err := db.Query("EXPLAIN "+query, vector)
+	if err != nil {
+		fmt.Printf("FAIL EXPLAIN %s: %v\n", query, err)
+		os.Exit(1)
+	}
+	for explain.Next() {
+		var kind, text string
+		if err := explain.Scan(&kind, &text); err != nil {
+			fmt.Printf("FAIL scan: %v\n", err)
+			os.Exit(1)
+		}
+		plan += text
+	}
+	explain.Close()
+	fmt.Printf("index %v\n", strings.Contains(plan, "ANNSubIndex"))
+}
+
 func main() {
+	if len(os.Args) == 5 && os.Args[1] == "search" {
+		search(os.Args[2], os.Args[3], os.Args[4])
+		return
+	}
 	if len(os.Args) != 3 && len(os.Args) != 5 {
 		fmt.Println("usage: gosql QUERY_ENDPOINT METADATA_ENDPOINT [QUERY_TOKEN METADATA_TOKEN]")
 		os.Exit(2)

@@ -1,0 +1,163 @@
+//! A lake table read for one search: the `k` rows nearest a query vector, from the column's
+//! vector index when one with the wanted metric exists, else every row (the exact answer).
+
+use std::sync::Arc;
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::projection::ProjectionExec;
+use lance::dataset::Dataset;
+use lance::index::DatasetIndexExt;
+use lance_linalg::distance::DistanceType;
+use prost::Message;
+
+use super::settings;
+use crate::flight::distributed::LakeTable;
+
+/// A lake table whose scan is a nearest-neighbour search of `column` for `query`.
+#[derive(Debug)]
+pub(super) struct NearestTable {
+    /// The [`LakeTable`] searched.
+    table: Arc<dyn TableProvider>,
+    column: String,
+    /// The query vector, as the column's element type.
+    query: ArrayRef,
+    k: usize,
+    metric: DistanceType,
+}
+
+impl NearestTable {
+    pub(super) fn new(
+        table: Arc<dyn TableProvider>,
+        column: String,
+        query: ArrayRef,
+        k: usize,
+        metric: DistanceType,
+    ) -> Self {
+        Self {
+            table,
+            column,
+            query,
+            k,
+            metric,
+        }
+    }
+
+    fn dataset(&self) -> Option<Arc<Dataset>> {
+        let any: &dyn std::any::Any = self.table.as_ref();
+        any.downcast_ref::<LakeTable>().map(LakeTable::dataset)
+    }
+}
+
+#[async_trait]
+impl TableProvider for NearestTable {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(dataset) = self.dataset() else {
+            return self.table.scan(state, projection, filters, limit).await;
+        };
+        // No index with this metric (or none yet): the plain scan, under the statement's
+        // exact top-k.
+        if !has_vector_index(&dataset, &self.column, self.metric).await? {
+            return self.table.scan(state, projection, filters, limit).await;
+        }
+        let settings = settings::vector(state.config_options());
+        let schema = match projection {
+            Some(columns) => Arc::new(self.table.schema().project(columns)?),
+            None => self.table.schema(),
+        };
+        let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let mut scanner = dataset.scan();
+        // Only the columns the statement reads: Lance's `_distance` is its own metric (the
+        // statement computes the SQL function's).
+        scanner.disable_scoring_autoprojection();
+        scanner.project(&columns).map_err(lance_error)?;
+        // The WHERE clause applies before the search: k rows that match it, not the k nearest
+        // filtered afterwards.
+        scanner.prefilter(true);
+        if let Some(filter) = filters.iter().cloned().reduce(Expr::and) {
+            scanner.filter_expr(filter);
+        }
+        scanner
+            .nearest(&self.column, self.query.as_ref(), self.k)
+            .map_err(lance_error)?;
+        scanner.distance_metric(self.metric);
+        // At least this many partitions; more when the WHERE clause leaves fewer than k rows
+        // in them (a fixed count could answer a selective search with nothing).
+        scanner.minimum_nprobes(settings.nprobes.max(1));
+        if settings.refine_factor > 1 {
+            scanner.refine(settings.refine_factor);
+        }
+        if settings.ef > 0 {
+            scanner.ef(settings.ef);
+        }
+        let search = scanner.create_plan().await.map_err(lance_error)?;
+        in_order(search, &columns)
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        self.table.supports_filters_pushdown(filters)
+    }
+}
+
+/// `plan`'s columns `names`, in that order, whatever order Lance gives them in.
+pub(super) fn in_order(
+    plan: Arc<dyn ExecutionPlan>,
+    names: &[&str],
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = plan.schema();
+    let exprs = names
+        .iter()
+        .map(|name| {
+            let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(name, schema.index_of(name)?));
+            Ok((column, (*name).to_owned()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
+}
+
+pub(super) fn lance_error(e: lance::Error) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// Whether `dataset` has a vector index on `column` ordering by `metric`.
+async fn has_vector_index(dataset: &Dataset, column: &str, metric: DistanceType) -> Result<bool> {
+    let Some(field) = dataset.schema().field(column) else {
+        return Ok(false);
+    };
+    let indices = dataset.load_indices().await.map_err(lance_error)?;
+    Ok(indices.iter().any(|index| {
+        index.fields.first() == Some(&field.id)
+            && index
+                .index_details
+                .as_ref()
+                .filter(|d| d.type_url.ends_with("VectorIndexDetails") && !d.value.is_empty())
+                .and_then(|d| lance_index::pb::VectorIndexDetails::decode(d.value.as_slice()).ok())
+                .and_then(|d| lance_index::pb::VectorMetricType::try_from(d.metric_type).ok())
+                .map(DistanceType::from)
+                == Some(metric)
+    }))
+}

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
 
-from local_lake import Lake
+from local_lake import Lake, statement_query
 from report import Report
 
 LAKE = sys.argv[1]
@@ -46,19 +46,7 @@ CLIENTS = 16
 SMALL_QUERIES = 640
 
 
-def _field(number, data):
-    """A protobuf length-delimited field holding `data` (bytes)."""
-    size, n = b"", len(data)
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        size += bytes([byte | (0x80 if n else 0)])
-        if not n:
-            return bytes([(number << 3) | 2]) + size + data
-
-
-# CommandStatementQuery { query: "SELECT 1" } packed in a google.protobuf.Any.
-SELECT_ONE = _field(1, b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery") + _field(
-    2, _field(1, b"SELECT 1"))
+SELECT_ONE = statement_query("SELECT 1")
 
 
 class MemoryServer(flight.FlightServerBase):
@@ -224,8 +212,7 @@ def run(data, report):
     read_rss = lake.status("VmHWM")
 
     lake_client = flight.FlightClient(lake.query)
-    select_all = _field(1, b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery") + _field(
-        2, _field(1, b"SELECT * FROM big.t"))
+    select_all = statement_query("SELECT * FROM big.t")
 
     def raw_client_select_all():
         info = lake_client.get_flight_info(flight.FlightDescriptor.for_command(select_all))

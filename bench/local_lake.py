@@ -34,3 +34,20 @@ class Lake:
     def stop(self):
         self.proc.terminate()
         self.proc.wait()
+
+
+def _field(number, data):
+    """A protobuf length-delimited field holding `data` (bytes)."""
+    size, n = b"", len(data)
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        size += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return bytes([(number << 3) | 2]) + size + data
+
+
+def statement_query(sql):
+    """A Flight SQL CommandStatementQuery for `sql`, packed in a google.protobuf.Any: the
+    command a raw pyarrow.flight client sends (no ADBC in between)."""
+    return _field(1, b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery") + _field(
+        2, _field(1, sql.encode()))

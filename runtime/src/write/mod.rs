@@ -51,6 +51,9 @@ impl MetadataContext {
     /// (data first, then the registration), and the namespace last, so a failure part-way
     /// leaves a schema that can be dropped again; without it, a schema holding tables is
     /// refused, naming them. With `if_exists`, a schema that does not exist is no error.
+    /// Not isolated from a concurrent `CREATE TABLE` in the schema (the registry checks the
+    /// namespace, then writes the table): one that lands after the namespace is removed is
+    /// left registered under it.
     pub async fn drop_namespace(
         &self,
         namespace: &NamespaceName,
@@ -66,7 +69,12 @@ impl MetadataContext {
         }
         let tables = registry.list_tables(namespace).await?;
         if !cascade && !tables.is_empty() {
-            let names: Vec<String> = tables.iter().map(|t| t.name.to_string()).collect();
+            // Named, a few: the message travels in a gRPC header.
+            let mut names: Vec<String> =
+                tables.iter().take(10).map(|t| t.name.to_string()).collect();
+            if tables.len() > names.len() {
+                names.push(format!("and {} more", tables.len() - names.len()));
+            }
             return Err(WriteError::SchemaNotEmpty {
                 namespace: namespace.clone(),
                 tables: names.join(", "),
@@ -77,7 +85,8 @@ impl MetadataContext {
             self.drop_table_if(&table, true).await?;
         }
         match registry.drop_namespace(namespace).await {
-            // A table created meanwhile keeps the schema: said so, nothing of it dropped.
+            // A table created while the others were dropped keeps the schema (the tables
+            // listed are gone): said so; DROP SCHEMA … CASCADE again finishes it.
             Err(CatalogError::NamespaceNotEmpty(_)) => Err(WriteError::SchemaNotEmpty {
                 namespace: namespace.clone(),
                 tables: "a table created while it was being dropped".into(),

@@ -35,7 +35,7 @@ const VECTOR_SEARCH: &str = "vector_search";
 const FTS: &str = "fts";
 /// The most candidates (k × refine_factor) one search may ask Lance for.
 const MAX_CANDIDATES: usize = 100_000;
-/// Searches one statement may hold: each resolves a table before planning.
+/// Distinct tables one statement's searches may name: each is resolved before planning.
 const MAX_SEARCHES: usize = 16;
 
 /// The tables, by the name as written, that a statement's searches read.
@@ -50,7 +50,7 @@ pub(in crate::flight) async fn register(
     let names = searched_tables(statement);
     if names.len() > MAX_SEARCHES {
         return Err(Status::invalid_argument(format!(
-            "the statement holds {} searches; at most {MAX_SEARCHES}",
+            "the statement's searches name {} tables; at most {MAX_SEARCHES}",
             names.len()
         )));
     }
@@ -59,8 +59,12 @@ pub(in crate::flight) async fn register(
         let reference = TableReference::from(name.as_str());
         // The same checks as a table named in FROM: a schema, lake's catalog, valid names.
         crate::flight::sql::table_ref(&reference)?;
-        let Ok(provider) = ctx.table_provider(reference).await else {
-            continue;
+        // A table that does not exist is the function's NOT_FOUND; any other failure (the
+        // store, the authority) is said as it is.
+        let provider = match ctx.table_provider(reference).await {
+            Ok(provider) => provider,
+            Err(DataFusionError::Plan(_)) => continue,
+            Err(e) => return Err(crate::flight::sql::status(e)),
         };
         let any: Arc<dyn std::any::Any + Send + Sync> = provider;
         if let Ok(table) = any.downcast::<LakeTable>() {
@@ -146,6 +150,13 @@ fn string(function: &str, what: &str, arg: Option<&Expr>) -> Result<String> {
 
 /// The value of a constant argument (`[0.1, 0.2]` is a function call until evaluated).
 fn constant(args: &TableFunctionArgs<'_, '_>, expr: &Expr) -> Result<ScalarValue> {
+    // A table function is called while the statement is planned, before values are bound.
+    if expr.any_column_refs() || format!("{expr}").contains('$') {
+        return plan_err!(
+            "vector_search takes literal arguments (a prepared statement binds its values after \
+             table functions are called): use ORDER BY <distance>(col, $1) LIMIT k"
+        );
+    }
     let physical = args
         .session()
         .create_physical_expr(expr.clone(), &DFSchema::empty())?;

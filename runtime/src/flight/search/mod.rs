@@ -9,7 +9,9 @@ mod nearest;
 mod rule;
 mod scored;
 mod settings;
+mod tokens;
 
 pub(in crate::flight) use functions::register as register_table_functions;
 pub(in crate::flight) use rule::NearestNeighbours;
 pub(in crate::flight) use settings::LakeSettings;
+pub(in crate::flight) use tokens::contains_tokens;

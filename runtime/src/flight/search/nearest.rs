@@ -139,8 +139,15 @@ pub(super) fn in_order(
     Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
 }
 
+/// Lance's refusal of what the statement asked (no inverted index for `fts`, a query naming an
+/// unindexed column, …) is the client's error; anything else stays Lance's.
 pub(super) fn lance_error(e: lance::Error) -> DataFusionError {
-    DataFusionError::External(Box::new(e))
+    match e {
+        e @ (lance::Error::InvalidInput { .. } | lance::Error::NotSupported { .. }) => {
+            DataFusionError::Plan(e.to_string())
+        }
+        e => DataFusionError::External(Box::new(e)),
+    }
 }
 
 /// Whether `dataset` has a vector index on `column` ordering by `metric`.
@@ -149,9 +156,13 @@ async fn has_vector_index(dataset: &Dataset, column: &str, metric: DistanceType)
         return Ok(false);
     };
     let indices = dataset.load_indices().await.map_err(lance_error)?;
-    Ok(indices.iter().any(|index| {
-        index.fields.first() == Some(&field.id)
-            && index
+    // The index Lance will use: the first keyed on the column (a second one with another
+    // metric would only make Lance scan every row).
+    Ok(indices
+        .iter()
+        .find(|index| index.fields.first() == Some(&field.id) && !index.name.starts_with("__"))
+        .is_some_and(|index| {
+            index
                 .index_details
                 .as_ref()
                 .filter(|d| d.type_url.ends_with("VectorIndexDetails") && !d.value.is_empty())
@@ -159,5 +170,5 @@ async fn has_vector_index(dataset: &Dataset, column: &str, metric: DistanceType)
                 .and_then(|d| lance_index::pb::VectorMetricType::try_from(d.metric_type).ok())
                 .map(DistanceType::from)
                 == Some(metric)
-    }))
+        }))
 }

@@ -168,6 +168,9 @@ fn search(scan: &TableScan, expr: &Expr, wanted: &Wanted<'_>) -> Option<TableSca
     let DataType::FixedSizeList(item, dimension) = field.data_type() else {
         return None;
     };
+    if !item.data_type().is_floating() {
+        return None;
+    }
     // Rows without a vector have no distance: the exact answer puts them last unless told
     // otherwise, and an index never returns them.
     if wanted.key.nulls_first && field.is_nullable() {
@@ -192,11 +195,18 @@ fn unalias(expr: &Expr) -> &Expr {
 }
 
 /// `expr` without the casts DataFusion puts around a distance function's arguments (a vector
-/// column of float32 is read as a list of float64: the same values).
+/// column of float32 is read as a list of float64: the same values). A cast to anything else
+/// (integers) changes the values, and stays.
 fn uncast(expr: &Expr) -> &Expr {
+    let to_floats = |t: &DataType| match t {
+        DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
+            item.data_type().is_floating()
+        }
+        _ => false,
+    };
     match unalias(expr) {
-        Expr::Cast(c) => uncast(&c.expr),
-        Expr::TryCast(c) => uncast(&c.expr),
+        Expr::Cast(c) if to_floats(c.field.data_type()) => uncast(&c.expr),
+        Expr::TryCast(c) if to_floats(c.field.data_type()) => uncast(&c.expr),
         other => other,
     }
 }
@@ -216,16 +226,15 @@ pub(super) fn query_vector(
     if values.len() != usize::try_from(dimension).ok()? || values.null_count() != 0 {
         return None;
     }
-    let as_f64 = arrow::compute::cast(&values, &DataType::Float64).ok()?;
-    if !as_f64
+    // Finite as the column's type (1e39 is no float32).
+    let query = arrow::compute::cast(&values, element).ok()?;
+    let as_f64 = arrow::compute::cast(&query, &DataType::Float64).ok()?;
+    let finite = as_f64
         .as_primitive::<arrow::datatypes::Float64Type>()
         .values()
         .iter()
-        .all(|v| v.is_finite())
-    {
-        return None;
-    }
-    arrow::compute::cast(&values, element).ok()
+        .all(|v| v.is_finite());
+    (finite && query.null_count() == 0).then_some(query)
 }
 
 #[cfg(test)]
@@ -250,6 +259,7 @@ mod tests {
             list(vec![Some(1.0), None]),
             list(vec![Some(1.0), Some(f64::NAN)]),
             list(vec![Some(f64::INFINITY), Some(1.0)]),
+            list(vec![Some(1e39), Some(1.0)]),
             ScalarValue::Float64(Some(1.0)),
         ] {
             assert!(

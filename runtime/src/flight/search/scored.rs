@@ -16,6 +16,9 @@ use lance_linalg::distance::DistanceType;
 
 use super::nearest::{in_order, lance_error};
 
+/// The most rows one `fts(…)` may rank.
+pub(super) const MAX_FTS_ROWS: usize = 100_000;
+
 /// What Lance is asked.
 #[derive(Debug, Clone)]
 pub(super) enum Search {
@@ -151,14 +154,21 @@ impl TableProvider for ScoredTable {
                 }
             }
             Search::FullText(query) => {
-                scanner
-                    .full_text_search(query.clone())
-                    .map_err(lance_error)?;
-                if let Some(limit) = limit {
-                    scanner
-                        .limit(i64::try_from(limit).ok(), None)
-                        .map_err(lance_error)?;
-                }
+                // Lance ranks every match it returns in memory of its own (no pool sees it):
+                // a search names how many it wants.
+                let wanted = query
+                    .limit
+                    .and_then(|l| usize::try_from(l).ok())
+                    .or(limit)
+                    .filter(|n| *n <= MAX_FTS_ROWS);
+                let Some(wanted) = wanted else {
+                    return Err(datafusion::error::DataFusionError::Plan(format!(
+                        "fts: say how many rows — ORDER BY _score DESC LIMIT k, or LIMIT k — \
+                         at most {MAX_FTS_ROWS}"
+                    )));
+                };
+                let query = query.clone().limit(i64::try_from(wanted).ok());
+                scanner.full_text_search(query).map_err(lance_error)?;
             }
         }
         let search = scanner.create_plan().await.map_err(lance_error)?;

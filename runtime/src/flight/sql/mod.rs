@@ -98,7 +98,7 @@ pub(super) enum Planned {
 }
 
 /// Maps DataFusion errors to the gRPC codes clients rely on.
-pub(super) fn status(e: DataFusionError) -> Status {
+pub(in crate::flight) fn status(e: DataFusionError) -> Status {
     let status = status_of(&e);
     // A status travels in an HTTP/2 trailer, which clients bound (an error chain with debug
     // renderings of transport errors overflowed one): a long message is cut, never the call.
@@ -546,14 +546,20 @@ fn classify(sql: &str, plan: LogicalPlan) -> Result<Planned, Status> {
             })
         }
         LogicalPlan::Ddl(DdlStatement::DropCatalogSchema(d)) => {
-            let name = match &d.name {
-                datafusion::common::SchemaReference::Bare { schema } => schema.to_string(),
+            let schema = match &d.name {
+                datafusion::common::SchemaReference::Bare { schema } => schema,
                 datafusion::common::SchemaReference::Full { schema, catalog } => {
-                    format!("{catalog}.{schema}")
+                    if catalog.as_ref() != CATALOG {
+                        return Err(Status::not_found(format!(
+                            "catalog {catalog:?} does not exist; lake serves catalog {CATALOG:?}"
+                        )));
+                    }
+                    schema
                 }
             };
             Planned::Write(Write::DropSchema {
-                namespace: schema_name(&name)?,
+                namespace: NamespaceName::parse(schema)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
                 if_exists: d.if_exists,
                 cascade: d.cascade,
             })

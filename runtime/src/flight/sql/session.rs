@@ -95,7 +95,7 @@ pub(crate) async fn session(
         .build();
     let ctx = SessionContext::new_with_state(state);
     // `contains_tokens(col, 'words')`: a filter Lance answers from the column's inverted index.
-    ctx.register_udf(lance_datafusion::udf::CONTAINS_TOKENS_UDF.clone());
+    ctx.register_udf(super::super::search::contains_tokens());
     super::super::bounded::register(&ctx, &budget);
     // Tables resolve when a statement names them; the warehouse is listed only for a
     // statement that enumerates it (see `plan`).

@@ -33,6 +33,33 @@ pub(super) fn primary_keys_schema() -> SchemaRef {
     ]))
 }
 
+/// The schema of GetExportedKeys, GetImportedKeys and GetCrossReference (the Flight SQL spec's).
+pub(super) fn foreign_keys_schema() -> SchemaRef {
+    let text = |name: &str, nullable| Field::new(name, DataType::Utf8, nullable);
+    Arc::new(Schema::new(vec![
+        text("pk_catalog_name", true),
+        text("pk_db_schema_name", true),
+        text("pk_table_name", false),
+        text("pk_column_name", false),
+        text("fk_catalog_name", true),
+        text("fk_db_schema_name", true),
+        text("fk_table_name", false),
+        text("fk_column_name", false),
+        Field::new("key_sequence", DataType::Int32, false),
+        text("fk_key_name", true),
+        text("pk_key_name", true),
+        Field::new("update_rule", DataType::UInt8, false),
+        Field::new("delete_rule", DataType::UInt8, false),
+    ]))
+}
+
+/// Lake tables have no foreign keys: every key command's answer is empty (BI tools ask on
+/// connect and when browsing a table, and expect an empty result, not an error).
+pub(super) fn no_foreign_keys() -> Response<DoGetStream> {
+    let schema = foreign_keys_schema();
+    single(Ok(RecordBatch::new_empty(schema.clone())), schema)
+}
+
 /// A catalog command's FlightInfo: its result schema, and the command itself as the ticket.
 pub(super) fn command_info(
     schema: &Schema,

@@ -9,11 +9,11 @@ use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionBeginTransactionRequest, ActionBeginTransactionResult,
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
-    CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
-    CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
-    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, SqlInfo,
-    TicketStatementQuery,
+    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetCrossReference,
+    CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo,
+    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest,
+    CommandStatementQuery, CommandStatementUpdate, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{Action, ActionType, FlightDescriptor, FlightInfo, Ticket};
 use arrow_flight::{HandshakeRequest, HandshakeResponse};
@@ -22,7 +22,9 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::actions::CustomAction;
 use super::catalog::CATALOG;
-use super::commands::{command_info, no_primary_keys, primary_keys_schema};
+use super::commands::{
+    command_info, foreign_keys_schema, no_foreign_keys, no_primary_keys, primary_keys_schema,
+};
 use super::fetch::single;
 use super::handle::Handle;
 use super::service::LakeFlightSql;
@@ -288,6 +290,54 @@ impl FlightSqlService for LakeFlightSql {
         _request: Request<Ticket>,
     ) -> Result<Rows, Status> {
         Ok(no_primary_keys())
+    }
+
+    async fn get_flight_info_exported_keys(
+        &self,
+        query: CommandGetExportedKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        command_info(&foreign_keys_schema(), &query, request.into_inner())
+    }
+
+    async fn do_get_exported_keys(
+        &self,
+        _query: CommandGetExportedKeys,
+        _request: Request<Ticket>,
+    ) -> Result<Rows, Status> {
+        Ok(no_foreign_keys())
+    }
+
+    async fn get_flight_info_imported_keys(
+        &self,
+        query: CommandGetImportedKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        command_info(&foreign_keys_schema(), &query, request.into_inner())
+    }
+
+    async fn do_get_imported_keys(
+        &self,
+        _query: CommandGetImportedKeys,
+        _request: Request<Ticket>,
+    ) -> Result<Rows, Status> {
+        Ok(no_foreign_keys())
+    }
+
+    async fn get_flight_info_cross_reference(
+        &self,
+        query: CommandGetCrossReference,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        command_info(&foreign_keys_schema(), &query, request.into_inner())
+    }
+
+    async fn do_get_cross_reference(
+        &self,
+        _query: CommandGetCrossReference,
+        _request: Request<Ticket>,
+    ) -> Result<Rows, Status> {
+        Ok(no_foreign_keys())
     }
 
     async fn get_flight_info_table_types(

@@ -286,10 +286,20 @@ public class JdbcConformance {
                             + " at:93:TIMESTAMP:29:9:1 price:3:DECIMAL:10:2:1 tiny:-6:TINYINT:3:0:1 blob:-3:VARBINARY:65536:0:1");
         });
 
-        check("DatabaseMetaData: primary keys, type info, keywords", () -> {
+        check("DatabaseMetaData: primary, imported, exported and cross-reference keys, type info, keywords", () -> {
             DatabaseMetaData md = query.getMetaData();
             try (ResultSet rs = md.getPrimaryKeys("lake", ns, "t")) {
                 expect("primary keys", rs.next(), false);
+            }
+            // What DBeaver asks when it browses a table: no foreign keys, and no error.
+            try (ResultSet rs = md.getImportedKeys("lake", ns, "t")) {
+                expect("imported keys", rs.next(), false);
+            }
+            try (ResultSet rs = md.getExportedKeys("lake", ns, "t")) {
+                expect("exported keys", rs.next(), false);
+            }
+            try (ResultSet rs = md.getCrossReference("lake", ns, "t", "lake", ns, "t")) {
+                expect("cross reference", rs.next(), false);
             }
             try (ResultSet rs = md.getTypeInfo()) {
                 while (rs.next()) {

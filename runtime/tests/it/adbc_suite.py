@@ -178,9 +178,15 @@ with query.cursor() as cur:
 info = client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetPrimaryKeys", pb_string(3, "orders"))))
 keys = client.do_get(info.endpoints[0].ticket).read_all()
 check("primary keys: none, with the spec's schema", keys.num_rows == 0 and keys.schema.names[:4] == ["catalog_name", "db_schema_name", "table_name", "column_name"], keys.schema)
+for keys_command in ("CommandGetExportedKeys", "CommandGetImportedKeys"):
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(command(keys_command, pb_string(3, "orders"))))
+    keys = client.do_get(info.endpoints[0].ticket).read_all()
+    check(f"{keys_command}: none, with the spec's schema",
+          keys.num_rows == 0 and keys.schema.names[:3] == ["pk_catalog_name", "pk_db_schema_name", "pk_table_name"],
+          keys.schema)
 try:
-    client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandGetExportedKeys", pb_string(3, "orders"))))
-    raise AssertionError("exported keys should be unimplemented")
+    client.get_flight_info(flight.FlightDescriptor.for_command(command("CommandStatementSubstraitPlan")))
+    raise AssertionError("Substrait plans should be unimplemented")
 except pa.ArrowNotImplementedError as e:  # pyarrow's mapping of gRPC UNIMPLEMENTED
     check("unsupported requests answer UNIMPLEMENTED", "unimplemented" in str(e), str(e))
 

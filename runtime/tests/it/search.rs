@@ -10,7 +10,7 @@ use lake_client::{IngestMode, LakeClient};
 
 use crate::support::{LocalLake, lake_sql};
 
-fn ok(endpoint: &str, statement: &str) -> String {
+pub(crate) fn ok(endpoint: &str, statement: &str) -> String {
     let (ok, out, err) = lake_sql(endpoint, statement);
     assert!(ok, "{statement}: {out}{err}");
     out

@@ -10,6 +10,7 @@ use futures::TryStreamExt;
 use lake_client::{IngestMode, LakeClient};
 
 use crate::clients::{go, java};
+use crate::search::ok;
 use crate::support::{LocalLake, lake_sql};
 
 /// Deterministic vectors clustered around `clusters` centres (embeddings are clustered;
@@ -106,12 +107,6 @@ async fn lake_started(lake: LocalLake, vectors: &[Vec<f32>]) -> (LocalLake, Lake
         .await
         .unwrap();
     (lake, client)
-}
-
-fn ok(endpoint: &str, statement: &str) -> String {
-    let (ok, out, err) = lake_sql(endpoint, statement);
-    assert!(ok, "{statement}: {out}{err}");
-    out
 }
 
 /// `v` as a SQL array literal.
@@ -575,6 +570,10 @@ async fn vector_search_function_returns_columns_and_distance() {
         (
             format!("SELECT * FROM vector_search('s.v', {q})"),
             "vector_search takes",
+        ),
+        (
+            "SELECT * FROM vector_search('s.v', $1, 'emb', 5)".to_owned(),
+            "takes literal arguments",
         ),
     ] {
         let (ok, out, err) = lake_sql(&lake.query, &sql);

@@ -14,6 +14,7 @@ use arrow::array::RecordBatchOptions;
 use arrow::datatypes::{DataType, Schema};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, ScalarValue, plan_err};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{ColumnarValue, Expr};
@@ -151,7 +152,10 @@ fn string(function: &str, what: &str, arg: Option<&Expr>) -> Result<String> {
 /// The value of a constant argument (`[0.1, 0.2]` is a function call until evaluated).
 fn constant(args: &TableFunctionArgs<'_, '_>, expr: &Expr) -> Result<ScalarValue> {
     // A table function is called while the statement is planned, before values are bound.
-    if expr.any_column_refs() || format!("{expr}").contains('$') {
+    let bound_later = expr
+        .exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
+        .unwrap_or(true);
+    if bound_later || expr.any_column_refs() {
         return plan_err!(
             "vector_search takes literal arguments (a prepared statement binds its values after \
              table functions are called): use ORDER BY <distance>(col, $1) LIMIT k"

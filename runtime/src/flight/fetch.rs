@@ -17,7 +17,7 @@ use super::plans::PlanCache;
 use super::service::LakeFlightSql;
 use super::sql;
 use super::statement::rows_schema;
-use super::wire::{to_wire, wire_schema};
+use super::wire::to_wire;
 
 /// The most bytes of one FlightData message.
 const MAX_FLIGHT_DATA: usize = 2 * 1024 * 1024;
@@ -81,7 +81,7 @@ impl LakeFlightSql {
             )));
         }
         let limit = self.governor.limits.query_timeout;
-        let schema = wire_schema(plan.schema().as_arrow());
+        let schema = super::types::result_schema(&plan);
         // EXPLAIN's text names table locations: the server's paths are hidden in it.
         let explain = matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_));
         let redactor = self.redactor().clone();

@@ -3,6 +3,7 @@
 
 use std::pin::Pin;
 
+use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::DoPutPreparedStatementResult;
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
@@ -189,8 +190,7 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let schema = query.clone().into_builder(&self.sql_info).schema();
-        command_info(&schema, &query, request.into_inner())
+        command_info(&self.sql_info.schema(), &query, request.into_inner())
     }
 
     async fn do_get_sql_info(
@@ -198,9 +198,8 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandGetSqlInfo,
         _request: Request<Ticket>,
     ) -> Result<Rows, Status> {
-        let builder = query.into_builder(&self.sql_info);
-        let schema = builder.schema();
-        Ok(single(builder.build(), schema))
+        let batch = self.sql_info.batch(query).map_err(FlightError::Arrow);
+        Ok(single(batch, self.sql_info.schema()))
     }
 
     async fn get_flight_info_catalogs(

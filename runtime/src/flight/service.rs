@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use arrow_flight::sql::metadata::{SqlInfoData, XdbcTypeInfoData};
+use arrow_flight::sql::metadata::XdbcTypeInfoData;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use tonic::Status;
@@ -20,6 +20,7 @@ use super::auth::Tokens;
 use super::catalog::LakeCatalog;
 use super::distributed::Distribution;
 use super::handle::HandleCodec;
+use super::info::SqlInfoTable;
 use super::limits::{Governor, Limits, SpillDirError};
 use super::plans::PlanCache;
 use super::redact::Redactor;
@@ -42,7 +43,7 @@ pub enum Role {
 #[derive(Clone)]
 pub struct LakeFlightSql {
     pub(super) role: Role,
-    pub(super) sql_info: Arc<SqlInfoData>,
+    pub(super) sql_info: Arc<SqlInfoTable>,
     pub(super) type_info: Arc<XdbcTypeInfoData>,
     pub(super) tokens: Option<Tokens>,
     /// Signs the handles this process gives out; refuses any other.
@@ -66,7 +67,7 @@ impl std::fmt::Debug for LakeFlightSql {
 impl LakeFlightSql {
     pub fn new(role: Role, tokens: Option<Tokens>, limits: Limits) -> Result<Self, SpillDirError> {
         let read_only = matches!(role, Role::Query { .. });
-        let sql_info = Arc::new(super::info::sql_info(read_only));
+        let sql_info = Arc::new(SqlInfoTable::new(read_only));
         Ok(Self {
             role,
             sql_info,

@@ -23,7 +23,6 @@ use tonic::{Request, Status};
 use super::handle::{Handle, MAX_PARAMS_BYTES, params_to_ipc};
 use super::service::LakeFlightSql;
 use super::sql::{self, Planned};
-use super::wire::wire_schema;
 
 /// The result schema of a write: the rows it affected.
 pub(super) fn rows_schema() -> SchemaRef {
@@ -54,7 +53,7 @@ impl LakeFlightSql {
                     .await?;
                 Ok(match planned {
                     Planned::Read(plan) => {
-                        let schema = wire_schema(plan.schema().as_arrow());
+                        let schema = super::types::result_schema(&plan);
                         let id = this.plans.put(ctx.clone(), plan);
                         let statement = Box::new(handle);
                         (schema, Handle::Planned { id, statement })
@@ -87,7 +86,7 @@ impl LakeFlightSql {
             .governed(sql::plan(&ctx, &sql, params))
             .await?
         {
-            Planned::Read(plan) => Ok(wire_schema(plan.schema().as_arrow())),
+            Planned::Read(plan) => Ok(super::types::result_schema(&plan)),
             Planned::Write(_) => self.writer().map(|_| rows_schema()),
         }
     }
@@ -167,7 +166,7 @@ impl LakeFlightSql {
             .await?;
         let (schema, parameters) = match planned {
             Planned::Read(plan) => (
-                wire_schema(plan.schema().as_arrow()),
+                super::types::result_schema(&plan),
                 super::bind::parameter_schema(&plan)?,
             ),
             Planned::Write(write) => {

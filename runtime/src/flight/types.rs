@@ -1,7 +1,17 @@
 //! The SQL types lake accepts in DDL, as GetXdbcTypeInfo reports them (JDBC `getTypeInfo`).
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow_flight::sql::metadata::{XdbcTypeInfo, XdbcTypeInfoData, XdbcTypeInfoDataBuilder};
 use arrow_flight::sql::{Nullable, Searchable, XdbcDataType};
+use datafusion::common::TableReference;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::LogicalPlan;
+
+use super::catalog::CATALOG;
+use super::wire::wire_schema;
 
 /// (SQL name, XDBC type, column size) of every type DataFusion maps to an Arrow type we store.
 const TYPES: [(&str, XdbcDataType, Option<i32>); 11] = [
@@ -56,6 +66,9 @@ pub(super) fn xdbc_type_info() -> XdbcTypeInfoData {
 const TYPE_NAME: &str = "ARROW:FLIGHT:SQL:TYPE_NAME";
 const PRECISION: &str = "ARROW:FLIGHT:SQL:PRECISION";
 const SCALE: &str = "ARROW:FLIGHT:SQL:SCALE";
+const CATALOG_NAME: &str = "ARROW:FLIGHT:SQL:CATALOG_NAME";
+const SCHEMA_NAME: &str = "ARROW:FLIGHT:SQL:SCHEMA_NAME";
+const TABLE_NAME: &str = "ARROW:FLIGHT:SQL:TABLE_NAME";
 
 /// (SQL type name, precision, scale) of a column of `data_type`, as the DDL names it: precision is
 /// JDBC's COLUMN_SIZE (digits of a number, characters of a date or timestamp), scale its
@@ -105,31 +118,68 @@ fn sql_type(
     })
 }
 
+/// `field` with its SQL type name, precision and scale in its metadata.
+fn describe(field: &Field) -> Field {
+    let Some((name, precision, scale)) = sql_type(field.data_type()) else {
+        return field.clone();
+    };
+    let mut metadata = field.metadata().clone();
+    metadata.insert(TYPE_NAME.into(), name.into());
+    if let Some(p) = precision {
+        metadata.insert(PRECISION.into(), p.to_string());
+    }
+    if let Some(s) = scale {
+        metadata.insert(SCALE.into(), s.to_string());
+    }
+    field.clone().with_metadata(metadata)
+}
+
 /// `schema` with each column's SQL type name, precision and scale in its field metadata, as
 /// GetTables reports a table's columns.
-pub(super) fn described(schema: &arrow::datatypes::Schema) -> arrow::datatypes::SchemaRef {
-    let fields: Vec<arrow::datatypes::Field> = schema
+pub(super) fn described(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema.fields().iter().map(|f| describe(f)).collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// The schema of a query's result as clients are told it (FlightInfo, a prepared statement's
+/// dataset schema, the DoGet stream): the wire types, each column's SQL type, precision and
+/// scale (JDBC's `ResultSetMetaData` reads them; a DECIMAL(10,2) read as 0/0 without), and for
+/// a column read straight from a table, that table's catalog, schema and name.
+pub(super) fn result_schema(plan: &LogicalPlan) -> SchemaRef {
+    // Tables by the name the statement gave them; a column qualified by an alias (`FROM s.t x`)
+    // or by nothing matches none of them and names no table.
+    let mut scanned: HashSet<TableReference> = HashSet::new();
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && scan.table_name.schema().is_some()
+        {
+            scanned.insert(scan.table_name.clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    let wire = wire_schema(plan.schema().as_arrow());
+    let fields: Vec<Field> = wire
         .fields()
         .iter()
-        .map(|field| {
-            let Some((name, precision, scale)) = sql_type(field.data_type()) else {
-                return field.as_ref().clone();
+        .zip(plan.schema().iter())
+        .map(|(field, (qualifier, _))| {
+            let field = describe(field);
+            let Some(table) = qualifier.filter(|q| scanned.contains(*q)) else {
+                return field;
             };
             let mut metadata = field.metadata().clone();
-            metadata.insert(TYPE_NAME.into(), name.into());
-            if let Some(p) = precision {
-                metadata.insert(PRECISION.into(), p.to_string());
+            metadata.insert(
+                CATALOG_NAME.into(),
+                table.catalog().unwrap_or(CATALOG).into(),
+            );
+            if let Some(schema) = table.schema() {
+                metadata.insert(SCHEMA_NAME.into(), schema.into());
             }
-            if let Some(s) = scale {
-                metadata.insert(SCALE.into(), s.to_string());
-            }
-            field.as_ref().clone().with_metadata(metadata)
+            metadata.insert(TABLE_NAME.into(), table.table().into());
+            field.with_metadata(metadata)
         })
         .collect();
-    std::sync::Arc::new(arrow::datatypes::Schema::new_with_metadata(
-        fields,
-        schema.metadata().clone(),
-    ))
+    Arc::new(Schema::new_with_metadata(fields, wire.metadata().clone()))
 }
 
 #[cfg(test)]
@@ -159,5 +209,37 @@ mod tests {
             described.field(4).metadata().is_empty(),
             "no SQL name is invented"
         );
+    }
+
+    #[tokio::test]
+    async fn result_columns_name_their_table_unless_computed_or_aliased() {
+        use datafusion::datasource::MemTable;
+        use datafusion::prelude::SessionContext;
+        use std::sync::Arc;
+        let ctx = SessionContext::new();
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "price",
+            DataType::Decimal128(10, 2),
+            true,
+        )]));
+        let table = MemTable::try_new(schema, vec![vec![]]).unwrap();
+        ctx.register_table("public.t", Arc::new(table)).unwrap();
+        let described = |sql: &'static str| {
+            let ctx = ctx.clone();
+            async move {
+                let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+                super::result_schema(&plan)
+            }
+        };
+        let schema = described("SELECT price, price * 2 AS twice FROM public.t").await;
+        let meta = |i: usize, key: &str| schema.field(i).metadata().get(key).cloned();
+        assert_eq!(meta(0, super::TABLE_NAME).as_deref(), Some("t"));
+        assert_eq!(meta(0, super::SCHEMA_NAME).as_deref(), Some("public"));
+        assert_eq!(meta(0, super::CATALOG_NAME).as_deref(), Some("lake"));
+        assert_eq!(meta(0, super::SCALE).as_deref(), Some("2"));
+        assert_eq!(meta(1, super::TABLE_NAME), None, "a computed column");
+        assert_eq!(meta(1, super::TYPE_NAME).as_deref(), Some("DECIMAL"));
+        let aliased = described("SELECT x.price FROM public.t x").await;
+        assert_eq!(aliased.field(0).metadata().get(super::TABLE_NAME), None);
     }
 }

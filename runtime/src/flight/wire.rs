@@ -28,9 +28,15 @@ pub(super) fn wire_schema(schema: &Schema) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-/// Casts `batch` to `schema` (its wire form).
+/// Casts `batch` to `schema` (its wire form, whose fields may carry metadata the batch's lack).
 pub(super) fn to_wire(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
-    if batch.schema().fields() == schema.fields() {
+    let same_types = batch.num_columns() == schema.fields().len()
+        && batch
+            .columns()
+            .iter()
+            .zip(schema.fields())
+            .all(|(column, field)| column.data_type() == field.data_type());
+    if same_types {
         return RecordBatch::try_new(schema.clone(), batch.columns().to_vec());
     }
     let columns = batch

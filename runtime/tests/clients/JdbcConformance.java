@@ -61,6 +61,17 @@ public class JdbcConformance {
         throw new AssertionError("failed without saying \"" + what + "\": " + e);
     }
 
+    /** Each column as type:precision:scale:schema.table ("-" for no table). */
+    static String describe(java.sql.ResultSetMetaData md) throws SQLException {
+        List<String> columns = new ArrayList<>();
+        for (int i = 1; i <= md.getColumnCount(); i++) {
+            String table = md.getTableName(i);
+            String source = table == null || table.isEmpty() ? "-" : md.getSchemaName(i) + "." + table;
+            columns.add(md.getColumnTypeName(i) + ":" + md.getPrecision(i) + ":" + md.getScale(i) + ":" + source);
+        }
+        return String.join(" ", columns);
+    }
+
     static String url(String endpoint, String token) {
         String url = "jdbc:arrow-flight-sql://" + endpoint.replaceFirst("^grpc://", "") + "?useEncryption=false";
         return token == null ? url : url + "&token=" + token;
@@ -233,6 +244,24 @@ public class JdbcConformance {
             expect("rows now", scalar(query, "SELECT count(*) FROM " + t + " WHERE id IN (1, 2)"), 1);
         });
 
+        // DBeaver and BI tools format a column by ResultSetMetaData: a DECIMAL(10,2) read as 0/0
+        // before results carried the Flight SQL column metadata GetTables already had.
+        check("ResultSetMetaData: type, precision, scale and table of result columns", () -> {
+            String sql = "SELECT price, price * 2 AS doubled, name, at FROM " + t + " WHERE id = ?";
+            String want = "DECIMAL:10:2:" + t + " DECIMAL:31:2:- VARCHAR:0:0:" + t + " TIMESTAMP:29:9:" + t;
+            try (PreparedStatement p = query.prepareStatement(sql)) {
+                expect("prepared", describe(p.getMetaData()), want);
+                p.setLong(1, 3);
+                try (ResultSet rs = p.executeQuery()) {
+                    expect("prepared, executed", describe(rs.getMetaData()), want);
+                }
+            }
+            try (Statement s = query.createStatement();
+                    ResultSet rs = s.executeQuery(sql.replace("?", "3"))) {
+                expect("statement", describe(rs.getMetaData()), want);
+            }
+        });
+
         check("DatabaseMetaData: product, catalogs, schemas", () -> {
             DatabaseMetaData md = query.getMetaData();
             expect("product name", md.getDatabaseProductName(), "lake");
@@ -310,6 +339,97 @@ public class JdbcConformance {
             if (keywords == null || !keywords.toUpperCase().contains("SELECT")) {
                 throw new AssertionError("keywords: " + keywords);
             }
+        });
+
+        // Every DatabaseMetaData method DBeaver calls when it connects (JDBCDataSourceInfo,
+        // JDBCSQLDialect) and when it browses a table; driver 18.3 threw NullPointerException on
+        // each one whose SqlInfo the server left out.
+        check("DatabaseMetaData: what DBeaver reads on connect", () -> {
+            for (Connection c : List.of(query, meta)) {
+                DatabaseMetaData md = c.getMetaData();
+                List<String> broken = new ArrayList<>();
+                Check[] calls = {
+                    md::getDriverName, md::getDriverVersion, md::getDatabaseMajorVersion, md::getDatabaseMinorVersion,
+                    md::getIdentifierQuoteString, md::getSQLKeywords, md::getNumericFunctions, md::getStringFunctions,
+                    md::getSystemFunctions, md::getTimeDateFunctions, md::getSearchStringEscape,
+                    md::getExtraNameCharacters, md::getSchemaTerm, md::getProcedureTerm, md::getCatalogTerm,
+                    md::getCatalogSeparator, md::isCatalogAtStart, md::isReadOnly,
+                    md::supportsSchemasInTableDefinitions, md::supportsSchemasInDataManipulation,
+                    md::supportsSchemasInIndexDefinitions, md::supportsSchemasInProcedureCalls,
+                    md::supportsCatalogsInTableDefinitions, md::supportsCatalogsInDataManipulation,
+                    md::supportsCatalogsInIndexDefinitions, md::supportsMixedCaseIdentifiers,
+                    md::supportsMixedCaseQuotedIdentifiers, md::storesLowerCaseIdentifiers,
+                    md::storesUpperCaseIdentifiers, md::storesMixedCaseIdentifiers,
+                    md::storesLowerCaseQuotedIdentifiers, md::storesUpperCaseQuotedIdentifiers,
+                    md::storesMixedCaseQuotedIdentifiers, md::supportsTransactions, md::getDefaultTransactionIsolation,
+                    md::supportsSavepoints, md::supportsBatchUpdates, md::supportsMultipleResultSets,
+                    md::supportsStoredProcedures, md::supportsGetGeneratedKeys, md::getMaxColumnNameLength,
+                    md::getMaxTableNameLength, md::getMaxSchemaNameLength, md::getMaxCatalogNameLength,
+                    md::getMaxStatementLength, md::getMaxConnections, md::getMaxRowSize, md::getSQLStateType,
+                    md::supportsNamedParameters, md::supportsStoredFunctionsUsingCallSyntax,
+                    md::dataDefinitionCausesTransactionCommit, md::dataDefinitionIgnoredInTransactions,
+                    md::supportsOuterJoins, md::supportsFullOuterJoins, md::supportsLimitedOuterJoins,
+                    md::supportsUnion, md::supportsUnionAll, md::supportsGroupBy, md::supportsGroupByUnrelated,
+                    md::supportsConvert, md::nullPlusNonNullIsNull, md::supportsColumnAliasing,
+                    md::supportsLikeEscapeClause, md::supportsSubqueriesInComparisons, md::supportsSubqueriesInExists,
+                    md::supportsSubqueriesInIns, md::supportsSubqueriesInQuantifieds, md::supportsCorrelatedSubqueries,
+                    md::supportsANSI92EntryLevelSQL, md::supportsANSI92IntermediateSQL, md::supportsANSI92FullSQL,
+                    md::supportsMinimumSQLGrammar, md::supportsCoreSQLGrammar, md::supportsExtendedSQLGrammar,
+                    md::supportsIntegrityEnhancementFacility, md::supportsPositionedDelete,
+                    md::supportsPositionedUpdate, md::supportsSelectForUpdate, md::getMaxBinaryLiteralLength,
+                    md::getMaxCharLiteralLength, md::getMaxColumnsInGroupBy, md::getMaxColumnsInIndex,
+                    md::getMaxColumnsInOrderBy, md::getMaxColumnsInSelect, md::getMaxColumnsInTable,
+                    md::getMaxCursorNameLength, md::getMaxIndexLength, md::getMaxProcedureNameLength,
+                    md::doesMaxRowSizeIncludeBlobs, md::getMaxStatements, md::getMaxTablesInSelect,
+                    md::getMaxUserNameLength, md::locatorsUpdateCopy, md::supportsTableCorrelationNames,
+                    md::supportsDifferentTableCorrelationNames, md::supportsExpressionsInOrderBy,
+                    md::supportsOrderByUnrelated, md::supportsNonNullableColumns,
+                    md::supportsSchemasInPrivilegeDefinitions, md::supportsCatalogsInPrivilegeDefinitions,
+                    () -> md.supportsResultSetType(ResultSet.TYPE_FORWARD_ONLY),
+                    () -> md.supportsResultSetType(ResultSet.TYPE_SCROLL_INSENSITIVE),
+                    () -> md.supportsTransactionIsolationLevel(Connection.TRANSACTION_NONE),
+                    () -> md.supportsTransactionIsolationLevel(Connection.TRANSACTION_SERIALIZABLE),
+                    () -> md.supportsConvert(Types.INTEGER, Types.VARCHAR),
+                    () -> md.getTableTypes().close(),
+                };
+                for (int i = 0; i < calls.length; i++) {
+                    try {
+                        calls[i].run();
+                    } catch (Throwable e) {
+                        broken.add("call " + i + ": " + e);
+                    }
+                }
+                expect("DatabaseMetaData calls that threw", broken, List.of());
+            }
+        });
+
+        // The values BI tools (Tableau's JDBC connector, Power BI through the Flight SQL ODBC
+        // driver, which reads the same SqlInfo ids) plan their SQL by: true answers, not defaults.
+        check("DatabaseMetaData: the SqlInfo values BI tools plan by", () -> {
+            DatabaseMetaData md = query.getMetaData();
+            expect("supportsTransactions", md.supportsTransactions(), false);
+            expect("default isolation", md.getDefaultTransactionIsolation(), Connection.TRANSACTION_NONE);
+            expect("isolation NONE", md.supportsTransactionIsolationLevel(Connection.TRANSACTION_NONE), true);
+            expect("isolation SERIALIZABLE",
+                    md.supportsTransactionIsolationLevel(Connection.TRANSACTION_SERIALIZABLE), false);
+            expect("max table name length", md.getMaxTableNameLength(), 128);
+            expect("max schema name length", md.getMaxSchemaNameLength(), 128);
+            expect("max statement length", md.getMaxStatementLength(), 1024 * 1024);
+            expect("max column name length (no limit)", md.getMaxColumnNameLength(), 0);
+            expect("forward-only results", md.supportsResultSetType(ResultSet.TYPE_FORWARD_ONLY), true);
+            expect("scrollable results", md.supportsResultSetType(ResultSet.TYPE_SCROLL_INSENSITIVE), false);
+            expect("UNION ALL", md.supportsUnionAll(), true);
+            expect("FULL OUTER JOIN", md.supportsFullOuterJoins(), true);
+            expect("GROUP BY unrelated", md.supportsGroupByUnrelated(), true);
+            expect("correlated subqueries", md.supportsCorrelatedSubqueries(), true);
+            expect("quantified subqueries", md.supportsSubqueriesInQuantifieds(), true);
+            expect("ANSI92 entry level", md.supportsANSI92EntryLevelSQL(), true);
+            expect("CAST integer to varchar", md.supportsConvert(Types.INTEGER, Types.VARCHAR), true);
+            expect("CAST varchar to timestamp", md.supportsConvert(Types.VARCHAR, Types.TIMESTAMP), true);
+            expect("CAST date to time", md.supportsConvert(Types.DATE, Types.TIME), false);
+            expect("batch updates on the read-only endpoint", md.supportsBatchUpdates(), false);
+            expect("batch updates on the metadata endpoint", meta.getMetaData().supportsBatchUpdates(), true);
+            expect("savepoints", md.supportsSavepoints(), false);
         });
 
         check("a bad statement is an SQLException naming it", () -> {

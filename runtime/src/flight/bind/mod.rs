@@ -54,21 +54,28 @@ pub(super) fn parameter_schema(plan: &LogicalPlan) -> Result<Option<Schema>, Sta
     // Plain types, as results are sent: clients bind Utf8, not Utf8View.
     let schema = Schema::new(fields.into_iter().map(|(_, f)| f).collect::<Vec<_>>());
     let schema = super::wire::wire_schema(&schema);
-    // Timestamps are asked for in milliseconds: the JDBC driver (18.x) writes a bound
-    // timestamp's epoch milliseconds into the vector whatever its unit. Values of any unit are
-    // cast to the column's on binding.
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .map(|f| match f.data_type() {
-            DataType::Timestamp(_, tz) => f
-                .as_ref()
-                .clone()
-                .with_data_type(DataType::Timestamp(TimeUnit::Millisecond, tz.clone())),
-            _ => f.as_ref().clone(),
-        })
+        .map(|f| f.as_ref().clone().with_data_type(declared(f.data_type())))
         .collect();
     Ok(Some(Schema::new(fields)))
+}
+
+/// The type a parameter of `data_type` is declared as: one every client can fill, cast to
+/// `data_type` (losslessly, or refused) when bound.
+/// - Integers as BIGINT and REAL as DOUBLE: Go's `database/sql` hands the driver every integer
+///   as `int64` and every float as `float64`, and arrow-go's driver fills only the declared
+///   type ("invalid value type int64 for builder *array.Int32Builder"); JDBC fills any width.
+/// - Timestamps in milliseconds: the JDBC driver (18.x) writes a bound timestamp's epoch
+///   milliseconds into the vector whatever its unit.
+fn declared(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => DataType::Int64,
+        DataType::Float16 | DataType::Float32 => DataType::Float64,
+        DataType::Timestamp(_, tz) => DataType::Timestamp(TimeUnit::Millisecond, tz.clone()),
+        other => other.clone(),
+    }
 }
 
 /// Whether a parameter column of `data_type` is a plain value type (dictionary, view, run-end
@@ -134,14 +141,53 @@ pub(super) fn rows_of(batches: &[RecordBatch]) -> Result<Vec<Vec<ScalarValue>>, 
     Ok(rows)
 }
 
-/// `value` as the type `data_type` the plan expects for its placeholder.
-fn typed(value: &ScalarValue, data_type: Option<&DataType>) -> Result<ScalarValue, Status> {
-    match data_type {
-        Some(t) if value.data_type() != *t => value.cast_to(t).map_err(|e| {
-            Status::invalid_argument(format!("bound value {value} cannot be a {t}: {e}"))
-        }),
-        _ => Ok(value.clone()),
+/// `value`, bound to parameter `id`, as the type `data_type` the plan expects for it: refused
+/// when that loses the value (an integer out of range, a finite number too large for a REAL).
+fn typed(
+    id: &str,
+    value: &ScalarValue,
+    data_type: Option<&DataType>,
+) -> Result<ScalarValue, Status> {
+    let Some(t) = data_type.filter(|t| value.data_type() != **t) else {
+        return Ok(value.clone());
+    };
+    let refuse = |why: String| {
+        Status::invalid_argument(format!(
+            "parameter {id}: the value {value} cannot be a {t}: {why}"
+        ))
+    };
+    let cast = value.cast_to(t).map_err(|e| refuse(e.to_string()))?;
+    // Arrow turns a finite double too large for a float into infinity without an error.
+    let overflowed = match (value, &cast) {
+        (ScalarValue::Float64(Some(v)), ScalarValue::Float32(Some(c))) => {
+            v.is_finite() && !c.is_finite()
+        }
+        _ => false,
+    };
+    if overflowed {
+        return Err(refuse("it is out of the type's range".into()));
     }
+    Ok(cast)
+}
+
+/// `values` bound to `$1`, `$2`, … of a read, each cast to the type the plan expects for it
+/// (clients send the wider types [`parameter_schema`] declares: a Go `int64` for an INT).
+pub(super) fn typed_values(
+    plan: &LogicalPlan,
+    values: Vec<ScalarValue>,
+) -> Result<Vec<ScalarValue>, Status> {
+    let types = plan
+        .get_parameter_types()
+        .map_err(|e| Status::invalid_argument(format!("cannot type the parameters: {e}")))?;
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let id = format!("${}", i + 1);
+            let data_type = types.get(&id).and_then(Option::as_ref);
+            typed(&id, v, data_type)
+        })
+        .collect()
 }
 
 /// `expr` with each placeholder replaced by its value in `row`.
@@ -163,7 +209,7 @@ fn substitute(
                     )));
                     return Ok(Transformed::no(e));
                 };
-                match typed(value, types.get(&p.id).and_then(Option::as_ref)) {
+                match typed(&p.id, value, types.get(&p.id).and_then(Option::as_ref)) {
                     Ok(value) => Ok(Transformed::yes(Expr::Literal(value, None))),
                     Err(status) => {
                         failure = Some(status);
@@ -255,10 +301,8 @@ pub(super) fn bind_rows(
             .iter()
             .enumerate()
             .map(|(i, v)| {
-                typed(
-                    v,
-                    types.get(&format!("${}", i + 1)).and_then(Option::as_ref),
-                )
+                let id = format!("${}", i + 1);
+                typed(&id, v, types.get(&id).and_then(Option::as_ref))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let one = input

@@ -233,3 +233,79 @@ async fn a_searchs_query_vector_is_a_list_of_the_columns_element_type() {
     // Nothing says what `$1` is here.
     assert_eq!(types("SELECT array_distance($1, $2)").await, None);
 }
+
+async fn typed_input(sql: &str) -> LogicalPlan {
+    let ctx = SessionContext::new();
+    ctx.sql("CREATE TABLE n (i INT, s SMALLINT, r REAL, d DATE, at TIMESTAMP)")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+    match plan {
+        LogicalPlan::Dml(dml) => dml.input.as_ref().clone(),
+        other => other,
+    }
+}
+
+/// Go's `database/sql` sends every integer as int64 and every float as float64, and arrow-go's
+/// driver fills only the declared type: narrow numbers are declared wide.
+#[tokio::test]
+async fn narrow_numbers_are_declared_wide_and_bound_back_narrow() {
+    let input = typed_input("INSERT INTO n VALUES ($1, $2, $3, $4, $5)").await;
+    let schema = parameter_schema(&input).unwrap().unwrap();
+    let types: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().clone())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            DataType::Int64,
+            DataType::Int64,
+            DataType::Float64,
+            DataType::Date32,
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+        ]
+    );
+    let row = vec![
+        ScalarValue::Int64(Some(7)),
+        ScalarValue::Int64(Some(-3)),
+        ScalarValue::Float64(Some(0.5)),
+        ScalarValue::Date32(Some(19_782)),
+        ScalarValue::TimestampMillisecond(Some(1_709_209_696_000), None),
+    ];
+    let bound = bind_rows(input, &[row]).unwrap();
+    assert_eq!(
+        bound.schema().field(0).data_type(),
+        &DataType::Int32,
+        "{bound}"
+    );
+}
+
+#[tokio::test]
+async fn a_value_that_does_not_fit_is_refused_naming_its_parameter() {
+    let input = typed_input("INSERT INTO n (i, s, r) VALUES ($1, $2, $3)").await;
+    let row = |i: i64, s: i64, r: f64| {
+        vec![
+            ScalarValue::Int64(Some(i)),
+            ScalarValue::Int64(Some(s)),
+            ScalarValue::Float64(Some(r)),
+        ]
+    };
+    let err = bind_rows(input.clone(), &[row(1 << 40, 1, 1.0)]).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("parameter $1"), "{}", err.message());
+    let err = bind_rows(input.clone(), &[row(1, 40_000, 1.0)]).unwrap_err();
+    assert!(err.message().contains("parameter $2"), "{}", err.message());
+    let err = bind_rows(input, &[row(1, 1, 1e300)]).unwrap_err();
+    assert!(err.message().contains("parameter $3"), "{}", err.message());
+
+    let read = typed_input("SELECT * FROM n WHERE i = $1").await;
+    let err = typed_values(&read, vec![ScalarValue::Int64(Some(1 << 40))]).unwrap_err();
+    assert!(err.message().contains("parameter $1"), "{}", err.message());
+    let ok = typed_values(&read, vec![ScalarValue::Int64(Some(5))]).unwrap();
+    assert_eq!(ok, [ScalarValue::Int32(Some(5))]);
+}

@@ -31,8 +31,8 @@ mod session;
 mod tests;
 
 use rewrite::{binary_types_as_bytea, number_placeholders};
+pub(super) use session::{MAX_TABLE_REFERENCES, runtime_env, session};
 use session::{enumerates_the_warehouse, list_the_warehouse};
-pub(super) use session::{runtime_env, session};
 
 /// A write, decided from SQL before anything is touched.
 #[derive(Debug)]
@@ -407,6 +407,7 @@ pub(super) async fn plan(
             Planned::Write(_) => Err(unbindable()),
             Planned::Read(read) => {
                 refuse_nested_writes(&read)?;
+                let values = super::bind::typed_values(&read, values)?;
                 Ok(Planned::Read(
                     read.with_param_values(values).map_err(status)?,
                 ))

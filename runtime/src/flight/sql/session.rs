@@ -105,7 +105,7 @@ pub(crate) async fn session(
 
 /// Distinct tables one statement may name: each is looked up in the manifest store while the
 /// statement is planned, so the count is what a client could make the server do for nothing.
-const MAX_TABLE_REFERENCES: usize = 256;
+pub(in crate::flight) const MAX_TABLE_REFERENCES: usize = 256;
 
 /// Whether a statement reads `information_schema`, directly or as a `SHOW` (only such a
 /// statement needs the warehouse listed; one that cannot be resolved is listed too), after

@@ -209,6 +209,46 @@ func main() {
 		return expect("score", score, 1.5)
 	})
 
+	// database/sql hands the driver every integer as int64 and every float as float64, and
+	// arrow-go's driver fills only the type lake declares: lake declares narrow numbers wide and
+	// narrows them on binding ("invalid value type int64 for builder *array.Int32Builder" before).
+	check("INT, SMALLINT, TINYINT and REAL parameters from Go's native types", func() error {
+		if err := exec(meta, -1, "CREATE TABLE "+ns+".narrow (i INT, s SMALLINT, t TINYINT, r REAL, d DATE)"); err != nil {
+			return err
+		}
+		// Every parameter typed by its column: the declared schema is what the driver fills.
+		if err := exec(meta, 1, "INSERT INTO "+ns+".narrow (i, s, t, r) VALUES (?, ?, ?, ?)",
+			int(7), int16(-3), int8(5), float32(0.25)); err != nil {
+			return err
+		}
+		// arrow-go puts a time.Time only into a Time64 column, not a DATE's: a date goes as text.
+		if err := exec(meta, 1, "INSERT INTO "+ns+".narrow (i, d) VALUES (?, CAST(? AS DATE))", 8, "2024-02-29"); err != nil {
+			return err
+		}
+		var i, s, t int64
+		var r float64
+		if err := query.QueryRow("SELECT i, s, t, r FROM "+ns+".narrow WHERE i = ? AND s = ?", int32(7), -3).
+			Scan(&i, &s, &t, &r); err != nil {
+			return err
+		}
+		if err := expect("row", fmt.Sprint(i, s, t, r), "7 -3 5 0.25"); err != nil {
+			return err
+		}
+		var d time.Time
+		if err := query.QueryRow("SELECT d FROM "+ns+".narrow WHERE i = ?", 8).Scan(&d); err != nil {
+			return err
+		}
+		return expect("date", d.UTC().Format("2006-01-02"), "2024-02-29")
+	})
+
+	check("an integer too large for its INT column is refused, naming the parameter", func() error {
+		_, err := meta.Exec("INSERT INTO "+ns+".narrow (i) VALUES (?)", int64(1)<<40)
+		if err == nil || !strings.Contains(err.Error(), "parameter $1") || !strings.Contains(err.Error(), "InvalidArgument") {
+			return fmt.Errorf("got %v", err)
+		}
+		return nil
+	})
+
 	check("rows of every type", func() error {
 		row := query.QueryRow(`SELECT CAST(1 AS TINYINT), CAST(2 AS SMALLINT), CAST(3 AS INT), CAST(4 AS BIGINT),
 			CAST(1.25 AS REAL), CAST(2.5 AS DOUBLE), CAST(12.34 AS DECIMAL(10, 2)), 'text', true,

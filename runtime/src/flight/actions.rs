@@ -7,11 +7,15 @@ use prost::Message;
 use tonic::Status;
 
 use super::handle::Handle;
+use super::options::{Reply, SessionOptions};
 use super::plans::Cancel;
 use super::service::{LakeFlightSql, Role};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum CustomAction {
+    /// Flight core's session options (`options.rs`): ADBC's current schema.
+    SetSessionOptions,
+    GetSessionOptions,
     /// Flight core's session close, which ADBC sends.
     CloseSession,
     DescribeStage,
@@ -20,7 +24,9 @@ pub(super) enum CustomAction {
 }
 
 impl CustomAction {
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 6] = [
+        Self::SetSessionOptions,
+        Self::GetSessionOptions,
         Self::CloseSession,
         Self::DescribeStage,
         Self::MetadataEndpoint,
@@ -29,6 +35,8 @@ impl CustomAction {
 
     fn name(self) -> &'static str {
         match self {
+            Self::SetSessionOptions => "SetSessionOptions",
+            Self::GetSessionOptions => "GetSessionOptions",
             Self::CloseSession => "CloseSession",
             Self::DescribeStage => DESCRIBE_STAGE_ACTION,
             Self::MetadataEndpoint => METADATA_ENDPOINT_ACTION,
@@ -38,7 +46,11 @@ impl CustomAction {
 
     fn description(self) -> &'static str {
         match self {
-            Self::CloseSession => "Close the session (lake keeps no session state)",
+            Self::SetSessionOptions => {
+                "Set the session's schema (option \"schema\"; \"catalog\" is always lake), carried in a cookie"
+            }
+            Self::GetSessionOptions => "The session's catalog and schema",
+            Self::CloseSession => "Close the session: its options are forgotten",
             Self::DescribeStage => {
                 "The managed stage's location as a versioned JSON descriptor (never a credential)"
             }
@@ -68,22 +80,33 @@ impl CustomAction {
 }
 
 impl LakeFlightSql {
-    /// Performs `action` with the request's `body`; its one result's body.
-    pub(super) fn perform(&self, action: CustomAction, body: &[u8]) -> Result<Vec<u8>, Status> {
+    /// Performs `action` with the request's `body` for a call whose session is `options`: its
+    /// one result's body, and the cookies that carry the session's options on.
+    pub(super) fn perform(
+        &self,
+        action: CustomAction,
+        body: &[u8],
+        options: impl FnOnce() -> Result<SessionOptions, Status>,
+    ) -> Result<Reply, Status> {
+        let plain = |body: Vec<u8>| Reply {
+            body,
+            cookies: Vec::new(),
+        };
         Ok(match action {
-            // Sessions are stateless here: CloseSessionResult { status: CLOSED } (field 1 = 1).
-            CustomAction::CloseSession => vec![0x08, 0x01],
-            CustomAction::DescribeStage => match &self.role {
+            CustomAction::SetSessionOptions => options()?.set(body)?,
+            CustomAction::GetSessionOptions => options()?.get(),
+            CustomAction::CloseSession => SessionOptions::close(),
+            CustomAction::DescribeStage => plain(match &self.role {
                 Role::Query { context, .. } => context.stage().encode(),
                 Role::Metadata(context) => context.stage().descriptor().encode(),
-            },
-            CustomAction::MetadataEndpoint => match &self.role {
+            }),
+            CustomAction::MetadataEndpoint => plain(match &self.role {
                 Role::Query {
                     metadata_endpoint, ..
                 } => metadata_endpoint.clone().unwrap_or_default().into_bytes(),
                 Role::Metadata(_) => Vec::new(),
-            },
-            CustomAction::CancelFlightInfo => self.cancel_flight_info(body)?.encode_to_vec(),
+            }),
+            CustomAction::CancelFlightInfo => plain(self.cancel_flight_info(body)?.encode_to_vec()),
         })
     }
 

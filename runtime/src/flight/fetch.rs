@@ -13,6 +13,7 @@ use futures::{Stream, StreamExt, TryStreamExt, stream};
 use tonic::{Response, Status};
 
 use super::handle::Handle;
+use super::options::SessionOptions;
 use super::plans::PlanCache;
 use super::service::LakeFlightSql;
 use super::sql;
@@ -29,7 +30,11 @@ type FlightBatches = futures::stream::BoxStream<'static, Result<RecordBatch, Fli
 
 impl LakeFlightSql {
     /// The rows of the statement `handle` names.
-    pub(super) async fn fetch(&self, handle: &[u8]) -> Result<Response<DoGetStream>, Status> {
+    pub(super) async fn fetch(
+        &self,
+        handle: &[u8],
+        options: &SessionOptions,
+    ) -> Result<Response<DoGetStream>, Status> {
         match self.handles.decode(handle)? {
             Handle::Done(rows) => {
                 let schema = rows_schema();
@@ -40,11 +45,15 @@ impl LakeFlightSql {
                 .map_err(|e| Status::internal(e.to_string()))?;
                 Ok(single(Ok(batch), schema))
             }
-            handle => self.fetch_read(handle).await,
+            handle => self.fetch_read(handle, options).await,
         }
     }
 
-    async fn fetch_read(&self, handle: Handle) -> Result<Response<DoGetStream>, Status> {
+    async fn fetch_read(
+        &self,
+        handle: Handle,
+        options: &SessionOptions,
+    ) -> Result<Response<DoGetStream>, Status> {
         // The plan GetFlightInfo made, or (redeemed before, expired, another process) the
         // statement planned again. A planned statement is registered as running from here on,
         // so a CancelFlightInfo while it plans or executes still stops it.
@@ -64,7 +73,7 @@ impl LakeFlightSql {
             Some(kept) => kept,
             None => {
                 self.governor
-                    .until(deadline, self.plan_read(handle))
+                    .until(deadline, self.plan_read(handle, options))
                     .await?
             }
         };
@@ -81,7 +90,7 @@ impl LakeFlightSql {
             )));
         }
         let limit = self.governor.limits.query_timeout;
-        let schema = super::types::result_schema(&plan);
+        let schema = super::types::result_schema(&plan, sql::chosen_schema(&ctx).as_ref());
         // EXPLAIN's text names table locations: the server's paths are hidden in it.
         let explain = matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_));
         let redactor = self.redactor().clone();

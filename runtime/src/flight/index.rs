@@ -13,6 +13,7 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 use tonic::Status;
 
 use super::copy::{is_keyword, table_ref, tokens};
+use crate::catalog::NamespaceName;
 use crate::engine::{
     IndexDefinition, IndexKind, TableRef, TextOptions, VectorMetric, VectorOptions,
 };
@@ -25,8 +26,8 @@ fn invalid(detail: &str) -> Status {
 }
 
 /// The table `name` names, resolved as every statement's tables are.
-fn table_of(name: &ObjectName) -> Result<TableRef, Status> {
-    super::sql::table_ref(&TableReference::from(name.to_string().as_str()))
+fn table_of(name: &ObjectName, chosen: Option<&NamespaceName>) -> Result<TableRef, Status> {
+    super::sql::table_ref(&TableReference::from(name.to_string().as_str()), chosen)
 }
 
 /// An index name: what Lance stores, so letters, digits and `_`, at most 128.
@@ -52,13 +53,16 @@ pub(super) struct CreateIndexStatement {
     pub if_not_exists: bool,
 }
 
-pub(super) fn create(index: &CreateIndex) -> Result<CreateIndexStatement, Status> {
+pub(super) fn create(
+    index: &CreateIndex,
+    chosen: Option<&NamespaceName>,
+) -> Result<CreateIndexStatement, Status> {
     let name = index
         .name
         .as_ref()
         .ok_or_else(|| invalid("an index needs a name"))?;
     let name = index_name(&name.to_string())?;
-    let table = table_of(&index.table_name)?;
+    let table = table_of(&index.table_name, chosen)?;
     let unsupported = [
         (index.unique, "UNIQUE"),
         (index.concurrently, "CONCURRENTLY"),
@@ -234,7 +238,10 @@ fn vector_options(
 }
 
 /// `DROP INDEX [IF EXISTS] name ON s.t`, if `statement` is one.
-pub(super) fn drop(statement: &Statement) -> Option<Result<(TableRef, String, bool), Status>> {
+pub(super) fn drop(
+    statement: &Statement,
+    chosen: Option<&NamespaceName>,
+) -> Option<Result<(TableRef, String, bool), Status>> {
     let Statement::Drop {
         object_type: ObjectType::Index,
         if_exists,
@@ -257,7 +264,11 @@ pub(super) fn drop(statement: &Statement) -> Option<Result<(TableRef, String, bo
                 "DROP INDEX needs its table (ON <schema>.<table>); {usage}"
             ))
         })?;
-        Ok((table_of(table)?, index_name(&name.to_string())?, *if_exists))
+        Ok((
+            table_of(table, chosen)?,
+            index_name(&name.to_string())?,
+            *if_exists,
+        ))
     })())
 }
 
@@ -317,7 +328,7 @@ mod tests {
 
     fn created(sql: &str) -> Result<CreateIndexStatement, Status> {
         match statement(sql) {
-            Statement::CreateIndex(i) => create(&i),
+            Statement::CreateIndex(i) => create(&i, None),
             other => panic!("{other:?}"),
         }
     }
@@ -339,7 +350,7 @@ mod tests {
         assert_eq!(v.metric, VectorMetric::Cosine);
         assert_eq!((v.num_partitions, v.num_sub_vectors), (Some(16), Some(8)));
         assert_eq!(
-            drop(&statement("DROP INDEX IF EXISTS ids ON s.t"))
+            drop(&statement("DROP INDEX IF EXISTS ids ON s.t"), None)
                 .unwrap()
                 .unwrap(),
             (c.table.clone(), "ids".to_owned(), true)
@@ -368,11 +379,11 @@ mod tests {
         assert!(err("CREATE UNIQUE INDEX i ON s.t USING BTREE (a)").contains("UNIQUE"));
         let e = err("CREATE INDEX \"a-b\" ON s.t USING BTREE (a)");
         assert!(e.contains("index name"), "{e}");
-        let e = drop(&statement("DROP INDEX __lance_frag_reuse ON s.t"))
+        let e = drop(&statement("DROP INDEX __lance_frag_reuse ON s.t"), None)
             .unwrap()
             .unwrap_err();
         assert!(e.message().contains("index name"), "{e}");
-        let e = drop(&statement("DROP INDEX i")).unwrap().unwrap_err();
+        let e = drop(&statement("DROP INDEX i"), None).unwrap().unwrap_err();
         assert!(e.message().contains("ON <schema>.<table>"), "{e}");
     }
 }

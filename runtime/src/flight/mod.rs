@@ -17,6 +17,7 @@ mod info;
 mod ingress;
 mod limits;
 mod nested;
+mod options;
 mod plans;
 mod protocol;
 mod redact;

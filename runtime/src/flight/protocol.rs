@@ -28,6 +28,7 @@ use super::commands::{
 };
 use super::fetch::single;
 use super::handle::Handle;
+use super::options::SessionOptions;
 use super::service::LakeFlightSql;
 
 type Rows = Response<<LakeFlightSql as FlightService>::DoGetStream>;
@@ -69,8 +70,9 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        let options = SessionOptions::from_metadata(request.metadata())?;
         let info = self
-            .statement_info(Handle::Sql(query.query), request.into_inner())
+            .statement_info(Handle::Sql(query.query), request.into_inner(), options)
             .await?;
         Ok(Response::new(info))
     }
@@ -78,17 +80,19 @@ impl FlightSqlService for LakeFlightSql {
     async fn do_get_statement(
         &self,
         ticket: TicketStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Rows, Status> {
-        self.fetch(&ticket.statement_handle).await
+        let options = SessionOptions::from_metadata(request.metadata())?;
+        self.fetch(&ticket.statement_handle, &options).await
     }
 
     async fn do_put_statement_update(
         &self,
         command: CommandStatementUpdate,
-        _request: Request<PeekableFlightDataStream>,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        self.update(command.query).await
+        let options = SessionOptions::from_metadata(request.metadata())?;
+        self.update(command.query, options).await
     }
 
     async fn do_put_statement_ingest(
@@ -96,7 +100,8 @@ impl FlightSqlService for LakeFlightSql {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        self.ingest(command, request.into_inner()).await
+        let options = SessionOptions::from_metadata(request.metadata())?;
+        self.ingest(command, request.into_inner(), options).await
     }
 
     async fn do_put_prepared_statement_update(
@@ -104,15 +109,18 @@ impl FlightSqlService for LakeFlightSql {
         command: CommandPreparedStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        self.prepared_update(command, request.into_inner()).await
+        let options = SessionOptions::from_metadata(request.metadata())?;
+        self.prepared_update(command, request.into_inner(), options)
+            .await
     }
 
     async fn do_action_create_prepared_statement(
         &self,
         query: ActionCreatePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        self.prepare(query).await
+        let options = SessionOptions::from_metadata(request.metadata())?;
+        self.prepare(query, &options).await
     }
 
     async fn do_put_prepared_statement_query(
@@ -138,10 +146,21 @@ impl FlightSqlService for LakeFlightSql {
                 action.r#type
             )));
         };
+        let reply = self.perform(custom, &action.body, || {
+            SessionOptions::from_metadata(request.metadata())
+        })?;
         let result = arrow_flight::Result {
-            body: self.perform(custom, &action.body)?.into(),
+            body: reply.body.into(),
         };
-        Ok(Response::new(Box::pin(stream::iter([Ok(result)]))))
+        let mut response: Response<<Self as FlightService>::DoActionStream> =
+            Response::new(Box::pin(stream::iter([Ok(result)])));
+        for cookie in reply.cookies {
+            let value = cookie
+                .parse()
+                .map_err(|_| Status::internal("a session cookie is not a valid header value"))?;
+            response.metadata_mut().append("set-cookie", value);
+        }
+        Ok(response)
     }
 
     async fn do_action_begin_transaction(
@@ -173,16 +192,20 @@ impl FlightSqlService for LakeFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let handle = self.handles.decode(&query.prepared_statement_handle)?;
-        let info = self.statement_info(handle, request.into_inner()).await?;
+        let options = SessionOptions::from_metadata(request.metadata())?;
+        let info = self
+            .statement_info(handle, request.into_inner(), options)
+            .await?;
         Ok(Response::new(info))
     }
 
     async fn do_get_prepared_statement(
         &self,
         query: CommandPreparedStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Rows, Status> {
-        self.fetch(&query.prepared_statement_handle).await
+        let options = SessionOptions::from_metadata(request.metadata())?;
+        self.fetch(&query.prepared_statement_handle, &options).await
     }
 
     async fn get_flight_info_sql_info(

@@ -22,6 +22,7 @@ use super::distributed::Distribution;
 use super::handle::HandleCodec;
 use super::info::SqlInfoTable;
 use super::limits::{Governor, Limits, SpillDirError};
+use super::options::SessionOptions;
 use super::plans::PlanCache;
 use super::redact::Redactor;
 use crate::context::{MetadataContext, QueryContext};
@@ -116,13 +117,15 @@ impl LakeFlightSql {
     }
 
     /// A DataFusion session for one statement, under this endpoint's memory pool and disk.
-    pub(super) async fn session(&self) -> Result<SessionContext, Status> {
+    /// A session for one statement of a call whose session options are `options`.
+    pub(super) async fn session(&self, options: &SessionOptions) -> Result<SessionContext, Status> {
         super::sql::session(
             self.engine(),
             self.governor.query_pool(),
             self.governor.disk(),
             self.governor.deadline().into_std(),
             self.governor.limits.query_timeout,
+            options,
         )
         .await
     }

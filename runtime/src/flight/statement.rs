@@ -21,6 +21,7 @@ use prost::Message;
 use tonic::{Request, Status};
 
 use super::handle::{Handle, MAX_PARAMS_BYTES, params_to_ipc};
+use super::options::SessionOptions;
 use super::service::LakeFlightSql;
 use super::sql::{self, Planned};
 
@@ -39,6 +40,7 @@ impl LakeFlightSql {
         &self,
         handle: Handle,
         descriptor: FlightDescriptor,
+        options: SessionOptions,
     ) -> Result<FlightInfo, Status> {
         let (sql, params) = handle.clone().statement()?;
         // Planned in a task of its own: a write the client sent is done, whenever it gives up.
@@ -46,14 +48,15 @@ impl LakeFlightSql {
         let (schema, handle) = super::update::detached(
             "statement",
             Box::pin(async move {
-                let ctx = this.session().await?;
+                let ctx = this.session(&options).await?;
                 let planned = this
                     .governor
                     .governed(sql::plan(&ctx, &sql, params))
                     .await?;
                 Ok(match planned {
                     Planned::Read(plan) => {
-                        let schema = super::types::result_schema(&plan);
+                        let schema =
+                            super::types::result_schema(&plan, sql::chosen_schema(&ctx).as_ref());
                         let id = this.plans.put(ctx.clone(), plan);
                         let statement = Box::new(handle);
                         (schema, Handle::Planned { id, statement })
@@ -78,15 +81,22 @@ impl LakeFlightSql {
 
     /// The schema GetFlightInfo would report for a query, without executing anything: a write
     /// is neither run nor (on query) allowed, so GetSchema can never change the lake.
-    async fn statement_schema(&self, handle: Handle) -> Result<SchemaRef, Status> {
-        let ctx = self.session().await?;
+    async fn statement_schema(
+        &self,
+        handle: Handle,
+        options: &SessionOptions,
+    ) -> Result<SchemaRef, Status> {
+        let ctx = self.session(options).await?;
         let (sql, params) = handle.statement()?;
         match self
             .governor
             .governed(sql::plan(&ctx, &sql, params))
             .await?
         {
-            Planned::Read(plan) => Ok(super::types::result_schema(&plan)),
+            Planned::Read(plan) => Ok(super::types::result_schema(
+                &plan,
+                sql::chosen_schema(&ctx).as_ref(),
+            )),
             Planned::Write(_) => self.writer().map(|_| rows_schema()),
         }
     }
@@ -98,6 +108,7 @@ impl LakeFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<SchemaResult, Status> {
         use arrow_flight::sql::{Any, Command};
+        let options = SessionOptions::from_metadata(request.metadata())?;
         let any = Any::decode(&*request.get_ref().cmd).map_err(|e| {
             Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}"))
         })?;
@@ -106,11 +117,12 @@ impl LakeFlightSql {
         })?;
         let schema = match command {
             Command::CommandStatementQuery(query) => {
-                self.statement_schema(Handle::Sql(query.query)).await?
+                self.statement_schema(Handle::Sql(query.query), &options)
+                    .await?
             }
             Command::CommandPreparedStatementQuery(query) => {
-                self.statement_schema(self.handles.decode(&query.prepared_statement_handle)?)
-                    .await?
+                let handle = self.handles.decode(&query.prepared_statement_handle)?;
+                self.statement_schema(handle, &options).await?
             }
             Command::CommandGetCatalogs(_)
             | Command::CommandGetDbSchemas(_)
@@ -142,9 +154,10 @@ impl LakeFlightSql {
     pub(super) async fn plan_read(
         &self,
         handle: Handle,
+        options: &SessionOptions,
     ) -> Result<(SessionContext, LogicalPlan), Status> {
         let (sql, params) = handle.statement()?;
-        let ctx = self.session().await?;
+        let ctx = self.session(options).await?;
         match sql::plan(&ctx, &sql, params).await? {
             Planned::Read(plan) => Ok((ctx, plan)),
             Planned::Write(_) => Err(Status::invalid_argument(
@@ -158,15 +171,16 @@ impl LakeFlightSql {
     pub(super) async fn prepare(
         &self,
         query: ActionCreatePreparedStatementRequest,
+        options: &SessionOptions,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        let ctx = self.session().await?;
+        let ctx = self.session(options).await?;
         let planned = self
             .governor
             .governed(sql::plan(&ctx, &query.query, None))
             .await?;
         let (schema, parameters) = match planned {
             Planned::Read(plan) => (
-                super::types::result_schema(&plan),
+                super::types::result_schema(&plan, sql::chosen_schema(&ctx).as_ref()),
                 super::bind::parameter_schema(&plan)?,
             ),
             Planned::Write(write) => {

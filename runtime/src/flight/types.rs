@@ -12,6 +12,7 @@ use datafusion::logical_expr::LogicalPlan;
 
 use super::catalog::CATALOG;
 use super::wire::wire_schema;
+use crate::catalog::NamespaceName;
 
 /// (SQL name, XDBC type, column size) of every type DataFusion maps to an Arrow type we store.
 const TYPES: [(&str, XdbcDataType, Option<i32>); 11] = [
@@ -63,6 +64,7 @@ pub(super) fn xdbc_type_info() -> XdbcTypeInfoData {
 }
 
 /// Field metadata keys Flight SQL clients read for a column (JDBC's `getColumns`).
+const FLIGHT_SQL_KEYS: &str = "ARROW:FLIGHT:SQL:";
 const TYPE_NAME: &str = "ARROW:FLIGHT:SQL:TYPE_NAME";
 const PRECISION: &str = "ARROW:FLIGHT:SQL:PRECISION";
 const SCALE: &str = "ARROW:FLIGHT:SQL:SCALE";
@@ -120,10 +122,12 @@ fn sql_type(
 
 /// `field` with its SQL type name, precision and scale in its metadata.
 fn describe(field: &Field) -> Field {
-    let Some((name, precision, scale)) = sql_type(field.data_type()) else {
-        return field.clone();
-    };
+    // Keys a client wrote into an ingested table's schema (or a stale result's) say nothing true.
     let mut metadata = field.metadata().clone();
+    metadata.retain(|key, _| !key.starts_with(FLIGHT_SQL_KEYS));
+    let Some((name, precision, scale)) = sql_type(field.data_type()) else {
+        return field.clone().with_metadata(metadata);
+    };
     metadata.insert(TYPE_NAME.into(), name.into());
     if let Some(p) = precision {
         metadata.insert(PRECISION.into(), p.to_string());
@@ -144,14 +148,15 @@ pub(super) fn described(schema: &Schema) -> SchemaRef {
 /// The schema of a query's result as clients are told it (FlightInfo, a prepared statement's
 /// dataset schema, the DoGet stream): the wire types, each column's SQL type, precision and
 /// scale (JDBC's `ResultSetMetaData` reads them; a DECIMAL(10,2) read as 0/0 without), and for
-/// a column read straight from a table, that table's catalog, schema and name.
-pub(super) fn result_schema(plan: &LogicalPlan) -> SchemaRef {
+/// a column read straight from a table, that table's catalog, schema (the session's `chosen`
+/// one for an unqualified name) and name.
+pub(super) fn result_schema(plan: &LogicalPlan, chosen: Option<&NamespaceName>) -> SchemaRef {
     // Tables by the name the statement gave them; a column qualified by an alias (`FROM s.t x`)
     // or by nothing matches none of them and names no table.
     let mut scanned: HashSet<TableReference> = HashSet::new();
     let _ = plan.apply(|node| {
         if let LogicalPlan::TableScan(scan) = node
-            && scan.table_name.schema().is_some()
+            && (scan.table_name.schema().is_some() || chosen.is_some())
         {
             scanned.insert(scan.table_name.clone());
         }
@@ -172,10 +177,13 @@ pub(super) fn result_schema(plan: &LogicalPlan) -> SchemaRef {
                 CATALOG_NAME.into(),
                 table.catalog().unwrap_or(CATALOG).into(),
             );
-            if let Some(schema) = table.schema() {
+            let schema = table.schema().or(chosen.map(NamespaceName::as_str));
+            if let Some(schema) = schema {
                 metadata.insert(SCHEMA_NAME.into(), schema.into());
             }
-            metadata.insert(TABLE_NAME.into(), table.table().into());
+            // `t@v3` reads table t at a version.
+            let name = table.table().split('@').next().unwrap_or_default();
+            metadata.insert(TABLE_NAME.into(), name.into());
             field.with_metadata(metadata)
         })
         .collect();
@@ -228,7 +236,7 @@ mod tests {
             let ctx = ctx.clone();
             async move {
                 let plan = ctx.state().create_logical_plan(sql).await.unwrap();
-                super::result_schema(&plan)
+                super::result_schema(&plan, None)
             }
         };
         let schema = described("SELECT price, price * 2 AS twice FROM public.t").await;
@@ -241,5 +249,31 @@ mod tests {
         assert_eq!(meta(1, super::TYPE_NAME).as_deref(), Some("DECIMAL"));
         let aliased = described("SELECT x.price FROM public.t x").await;
         assert_eq!(aliased.field(0).metadata().get(super::TABLE_NAME), None);
+    }
+
+    /// An ingested table's schema may carry keys a client wrote (a result read back and
+    /// ingested): they are not passed on as if lake said them.
+    #[test]
+    fn stale_flight_sql_keys_are_dropped() {
+        let field = Field::new("c", DataType::Int32, true).with_metadata(
+            [
+                (super::TABLE_NAME.to_owned(), "elsewhere".to_owned()),
+                ("mine".to_owned(), "kept".to_owned()),
+            ]
+            .into(),
+        );
+        let described = super::describe(&field);
+        assert_eq!(described.metadata().get(super::TABLE_NAME), None);
+        assert_eq!(
+            described.metadata().get("mine").map(String::as_str),
+            Some("kept")
+        );
+        assert_eq!(
+            described
+                .metadata()
+                .get(super::TYPE_NAME)
+                .map(String::as_str),
+            Some("INTEGER")
+        );
     }
 }

@@ -12,6 +12,7 @@ use tonic::Status;
 
 use super::catalog::CATALOG;
 use super::handle::MAX_BATCH_PARAMS_BYTES;
+use super::options::SessionOptions;
 use super::service::LakeFlightSql;
 use super::sql::{self, Planned, Write};
 use super::status;
@@ -126,13 +127,17 @@ impl LakeFlightSql {
 
     /// A SQL update (CommandStatementUpdate): a write, never a query. Planned and run in a task
     /// of its own (see [`detached`]).
-    pub(super) async fn update(&self, query: String) -> Result<i64, Status> {
+    pub(super) async fn update(
+        &self,
+        query: String,
+        options: SessionOptions,
+    ) -> Result<i64, Status> {
         self.writer()?;
         let this = self.clone();
         detached(
             "update",
             Box::pin(async move {
-                let ctx = this.session().await?;
+                let ctx = this.session(&options).await?;
                 match this
                     .governor
                     .governed(sql::plan(&ctx, &query, None))
@@ -153,6 +158,7 @@ impl LakeFlightSql {
         &self,
         command: CommandPreparedStatementUpdate,
         data: PeekableFlightDataStream,
+        options: SessionOptions,
     ) -> Result<i64, Status> {
         self.writer()?;
         let bound = parameters(data, MAX_BATCH_PARAMS_BYTES).await?;
@@ -165,7 +171,7 @@ impl LakeFlightSql {
         detached(
             "update",
             Box::pin(async move {
-                let ctx = this.session().await?;
+                let ctx = this.session(&options).await?;
                 // Rows sent with the update are the ones to write; a handle's own row (bound by an
                 // earlier DoPut, as ADBC does before `executemany`) counts only when none are sent.
                 let planned = if rows.is_empty() {
@@ -192,12 +198,13 @@ impl LakeFlightSql {
         &self,
         command: CommandStatementIngest,
         data: PeekableFlightDataStream,
+        options: SessionOptions,
     ) -> Result<i64, Status> {
         self.writer()?;
         let this = self.clone();
         self.to_completion(
             "ingest",
-            Box::pin(async move { this.ingest_now(command, data).await }),
+            Box::pin(async move { this.ingest_now(command, data, &options).await }),
         )
         .await
     }
@@ -206,9 +213,10 @@ impl LakeFlightSql {
         &self,
         command: CommandStatementIngest,
         data: PeekableFlightDataStream,
+        options: &SessionOptions,
     ) -> Result<i64, Status> {
         let metadata = self.writer()?;
-        let (table, mode) = ingest_target(&command)?;
+        let (table, mode) = ingest_target(&command, options)?;
         let mut stream = FlightRecordBatchStream::new_from_flight_data(
             super::ingress::checked(data).map_err(arrow_flight::error::FlightError::from),
         );
@@ -255,7 +263,11 @@ pub(super) async fn detached<T: Send + 'static>(
 }
 
 /// The table and mode an ingest command names, each checked.
-fn ingest_target(command: &CommandStatementIngest) -> Result<(TableRef, IngestMode), Status> {
+/// The table an ingest writes: its `db_schema`, or the session's schema when it names none.
+fn ingest_target(
+    command: &CommandStatementIngest,
+    options: &SessionOptions,
+) -> Result<(TableRef, IngestMode), Status> {
     use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
     if command.temporary || command.transaction_id.is_some() {
         return Err(Status::unimplemented(
@@ -267,13 +279,17 @@ fn ingest_target(command: &CommandStatementIngest) -> Result<(TableRef, IngestMo
             "catalog {catalog:?} does not exist; lake serves {CATALOG:?}"
         )));
     }
-    let namespace = command
-        .schema
-        .as_deref()
-        .ok_or_else(|| Status::invalid_argument("ingest needs a target schema (db_schema)"))
-        .and_then(|s| {
-            NamespaceName::parse(s).map_err(|e| Status::invalid_argument(e.to_string()))
-        })?;
+    let namespace = match (command.schema.as_deref(), options.schema()) {
+        (Some(s), _) => {
+            NamespaceName::parse(s).map_err(|e| Status::invalid_argument(e.to_string()))?
+        }
+        (None, Some(chosen)) => chosen.clone(),
+        (None, None) => {
+            return Err(Status::invalid_argument(
+                "ingest needs a target schema: db_schema, or the session's schema option",
+            ));
+        }
+    };
     let name =
         TableName::parse(&command.table).map_err(|e| Status::invalid_argument(e.to_string()))?;
     let options = command.table_definition_options.unwrap_or_default();

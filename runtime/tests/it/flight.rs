@@ -450,3 +450,18 @@ fn drop_schema_is_atomic() {
     assert!(ok(&q, "SELECT count(*) AS n FROM d.a").contains("| 0 "));
     ok(&m, "DROP SCHEMA lake.d CASCADE");
 }
+
+/// ADBC's current schema through session options, carried in a cookie: unqualified names
+/// resolve in it for reads, writes, prepared statements and ingest; a second endpoint honours a
+/// cookie it never set (no server state); refusals name the option.
+#[test]
+fn session_options_select_the_schema() {
+    let lake = LocalLake::start();
+    let (ok, stdout, stderr) = python(&[
+        "runtime/tests/it/session_options.py",
+        &lake.query,
+        &lake.metadata,
+    ]);
+    assert!(ok, "session options suite failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}

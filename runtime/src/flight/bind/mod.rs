@@ -141,8 +141,35 @@ pub(super) fn rows_of(batches: &[RecordBatch]) -> Result<Vec<Vec<ScalarValue>>, 
     Ok(rows)
 }
 
-/// `value`, bound to parameter `id`, as the type `data_type` the plan expects for it: refused
-/// when that loses the value (an integer out of range, a finite number too large for a REAL).
+/// At most this much of a bound value or of a cast's error goes into a message (a 1 MiB string
+/// bound to an INT must not make a 2 MiB status).
+const SHOWN: usize = 100;
+
+fn shown(text: impl std::fmt::Display) -> String {
+    let text = text.to_string();
+    match text.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Whether `value` is an infinite float, or text that reads as one.
+fn infinite(value: &ScalarValue) -> bool {
+    match value {
+        ScalarValue::Float16(Some(v)) => v.is_infinite(),
+        ScalarValue::Float32(Some(v)) => v.is_infinite(),
+        ScalarValue::Float64(Some(v)) => v.is_infinite(),
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => s.trim().parse::<f64>().is_ok_and(f64::is_infinite),
+        _ => false,
+    }
+}
+
+/// `value`, bound to parameter `id` of a write, as the type `data_type` of its column. Refused
+/// when that loses the value: a number that does not come back the same (an integer out of
+/// range, a fraction into an integer, digits beyond a decimal's scale), or a finite number that
+/// a float column holds only as infinity. A float column's own rounding is not a loss.
 fn typed(
     id: &str,
     value: &ScalarValue,
@@ -153,41 +180,25 @@ fn typed(
     };
     let refuse = |why: String| {
         Status::invalid_argument(format!(
-            "parameter {id}: the value {value} cannot be a {t}: {why}"
+            "parameter {id}: the value {} cannot be a {t}: {}",
+            shown(value),
+            shown(why)
         ))
     };
     let cast = value.cast_to(t).map_err(|e| refuse(e.to_string()))?;
-    // Arrow turns a finite double too large for a float into infinity without an error.
-    let overflowed = match (value, &cast) {
-        (ScalarValue::Float64(Some(v)), ScalarValue::Float32(Some(c))) => {
-            v.is_finite() && !c.is_finite()
-        }
-        _ => false,
-    };
-    if overflowed {
+    let from = value.data_type();
+    let float = matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64);
+    if float && infinite(&cast) && !infinite(value) {
         return Err(refuse("it is out of the type's range".into()));
     }
+    if !float
+        && from.is_numeric()
+        && t.is_numeric()
+        && cast.cast_to(&from).ok().as_ref() != Some(value)
+    {
+        return Err(refuse("it would not be stored exactly".into()));
+    }
     Ok(cast)
-}
-
-/// `values` bound to `$1`, `$2`, … of a read, each cast to the type the plan expects for it
-/// (clients send the wider types [`parameter_schema`] declares: a Go `int64` for an INT).
-pub(super) fn typed_values(
-    plan: &LogicalPlan,
-    values: Vec<ScalarValue>,
-) -> Result<Vec<ScalarValue>, Status> {
-    let types = plan
-        .get_parameter_types()
-        .map_err(|e| Status::invalid_argument(format!("cannot type the parameters: {e}")))?;
-    values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let id = format!("${}", i + 1);
-            let data_type = types.get(&id).and_then(Option::as_ref);
-            typed(&id, v, data_type)
-        })
-        .collect()
 }
 
 /// `expr` with each placeholder replaced by its value in `row`.

@@ -303,9 +303,33 @@ async fn a_value_that_does_not_fit_is_refused_naming_its_parameter() {
     let err = bind_rows(input, &[row(1, 1, 1e300)]).unwrap_err();
     assert!(err.message().contains("parameter $3"), "{}", err.message());
 
-    let read = typed_input("SELECT * FROM n WHERE i = $1").await;
-    let err = typed_values(&read, vec![ScalarValue::Int64(Some(1 << 40))]).unwrap_err();
-    assert!(err.message().contains("parameter $1"), "{}", err.message());
-    let ok = typed_values(&read, vec![ScalarValue::Int64(Some(5))]).unwrap();
-    assert_eq!(ok, [ScalarValue::Int32(Some(5))]);
+    // A fraction into an integer, and digits beyond a decimal's scale, are not stored exactly.
+    let err = bind_rows(
+        typed_input("INSERT INTO n (i) VALUES ($1)").await,
+        &[vec![ScalarValue::Float64(Some(1.5))]],
+    )
+    .unwrap_err();
+    assert!(
+        err.message().contains("not be stored exactly"),
+        "{}",
+        err.message()
+    );
+    // Text too large for a REAL, and a message that does not repeat a huge value.
+    let err = bind_rows(
+        typed_input("INSERT INTO n (r) VALUES ($1)").await,
+        &[vec![ScalarValue::Utf8(Some("1e39".into()))]],
+    )
+    .unwrap_err();
+    assert!(
+        err.message().contains("out of the type's range"),
+        "{}",
+        err.message()
+    );
+    let huge = "9".repeat(1 << 20);
+    let err = bind_rows(
+        typed_input("INSERT INTO n (i) VALUES ($1)").await,
+        &[vec![ScalarValue::Utf8(Some(huge))]],
+    )
+    .unwrap_err();
+    assert!(err.message().len() < 1000, "{} bytes", err.message().len());
 }

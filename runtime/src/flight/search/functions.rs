@@ -56,10 +56,11 @@ pub(in crate::flight) async fn register(
         )));
     }
     let mut tables = Tables::new();
+    let chosen = crate::flight::sql::chosen_schema(ctx);
     for name in names {
         let reference = TableReference::from(name.as_str());
         // The same checks as a table named in FROM: a schema, lake's catalog, valid names.
-        crate::flight::sql::table_ref(&reference)?;
+        crate::flight::sql::table_ref(&reference, chosen.as_ref())?;
         // A table that does not exist is the function's NOT_FOUND; any other failure (the
         // store, the authority) is said as it is.
         let provider = match ctx.table_provider(reference).await {

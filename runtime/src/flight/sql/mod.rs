@@ -20,6 +20,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use super::catalog::CATALOG;
 use super::copy::CopyInto;
 use super::index::CreateIndexStatement;
+use super::options::SessionOptions;
 use super::restore::Restore;
 use crate::catalog::{NamespaceName, TableName};
 use crate::engine::TableRef;
@@ -207,7 +208,20 @@ fn relayed(text: &str) -> Option<(tonic::Code, String, bool)> {
     None
 }
 
-pub(in crate::flight) fn table_ref(name: &TableReference) -> Result<TableRef, Status> {
+/// The schema the statement's session chose for unqualified table names (session options).
+pub(in crate::flight) fn chosen_schema(ctx: &SessionContext) -> Option<NamespaceName> {
+    ctx.state()
+        .config()
+        .get_extension::<SessionOptions>()
+        .and_then(|options| options.schema().cloned())
+}
+
+/// The lake table `name` names: in lake's catalog, in its schema or else the session's
+/// `chosen` schema.
+pub(in crate::flight) fn table_ref(
+    name: &TableReference,
+    chosen: Option<&NamespaceName>,
+) -> Result<TableRef, Status> {
     let (catalog, schema, table) = match name {
         TableReference::Full {
             catalog,
@@ -226,13 +240,18 @@ pub(in crate::flight) fn table_ref(name: &TableReference) -> Result<TableRef, St
             "catalog {catalog:?} does not exist; lake serves catalog {CATALOG:?}"
         )));
     }
-    let schema = schema.ok_or_else(|| {
-        Status::invalid_argument(format!(
-            "table {table:?} needs a schema: write <schema>.{table}"
-        ))
-    })?;
-    let namespace =
-        NamespaceName::parse(schema).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let namespace = match (schema, chosen) {
+        (Some(schema), _) => {
+            NamespaceName::parse(schema).map_err(|e| Status::invalid_argument(e.to_string()))?
+        }
+        (None, Some(chosen)) => chosen.clone(),
+        (None, None) => {
+            return Err(Status::invalid_argument(format!(
+                "table {table:?} needs a schema: write <schema>.{table}, or choose the \
+                 session's schema (session option \"schema\")"
+            )));
+        }
+    };
     let table = TableName::parse(table).map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok(TableRef::new(namespace, table))
 }
@@ -342,10 +361,11 @@ pub(super) async fn plan(
     let mut statement = parse_one(sql)?;
     if let DFStatement::Statement(boxed) = &statement {
         let index = match boxed.as_ref() {
-            Statement::CreateIndex(index) => {
-                Some(super::index::create(index).map(|c| Planned::Write(Write::CreateIndex(c))))
-            }
-            other => super::index::drop(other).map(|d| {
+            Statement::CreateIndex(index) => Some(
+                super::index::create(index, chosen_schema(ctx).as_ref())
+                    .map(|c| Planned::Write(Write::CreateIndex(c))),
+            ),
+            other => super::index::drop(other, chosen_schema(ctx).as_ref()).map(|d| {
                 d.map(|(table, name, if_exists)| {
                     Planned::Write(Write::DropIndex {
                         table,
@@ -384,7 +404,10 @@ pub(super) async fn plan(
         if params.is_some() {
             return Err(unbindable());
         }
-        let table = table_ref(&TableReference::from(name.to_string().as_str()))?;
+        let table = table_ref(
+            &TableReference::from(name.to_string().as_str()),
+            chosen_schema(ctx).as_ref(),
+        )?;
         let predicate = match &delete.selection {
             Some(selection) => Some(delete::predicate(ctx, name, selection).await?),
             None => None,
@@ -399,7 +422,7 @@ pub(super) async fn plan(
     super::depth::check_plan(&plan)?;
     // Every write path comes through here: values bind into an INSERT's rows, nowhere else.
     if let Some(values) = params {
-        return match classify(sql, plan)? {
+        return match classify(sql, plan, chosen_schema(ctx).as_ref())? {
             Planned::Write(Write::Insert { table, rows }) => Ok(Planned::Write(Write::Insert {
                 table,
                 rows: super::bind::bind_rows(rows, &[values])?,
@@ -407,14 +430,13 @@ pub(super) async fn plan(
             Planned::Write(_) => Err(unbindable()),
             Planned::Read(read) => {
                 refuse_nested_writes(&read)?;
-                let values = super::bind::typed_values(&read, values)?;
                 Ok(Planned::Read(
                     read.with_param_values(values).map_err(status)?,
                 ))
             }
         };
     }
-    classify(sql, plan)
+    classify(sql, plan, chosen_schema(ctx).as_ref())
 }
 
 /// The longest statement many rows of values may be bound to.
@@ -499,7 +521,11 @@ pub(super) async fn plan_rows(
 }
 
 /// The logical plan of a statement as what to do with it.
-fn classify(sql: &str, plan: LogicalPlan) -> Result<Planned, Status> {
+fn classify(
+    sql: &str,
+    plan: LogicalPlan,
+    chosen: Option<&NamespaceName>,
+) -> Result<Planned, Status> {
     Ok(match plan {
         LogicalPlan::Copy(_) => return Err(outside_the_lake("COPY … TO writes files")),
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_)) => {
@@ -540,7 +566,7 @@ fn classify(sql: &str, plan: LogicalPlan) -> Result<Planned, Status> {
                 _ => Some(c.input.as_ref().clone()),
             };
             Planned::Write(Write::CreateTable {
-                table: table_ref(&c.name)?,
+                table: table_ref(&c.name, chosen)?,
                 schema,
                 if_not_exists: c.if_not_exists,
                 rows,
@@ -566,7 +592,7 @@ fn classify(sql: &str, plan: LogicalPlan) -> Result<Planned, Status> {
             })
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(d)) => Planned::Write(Write::DropTable {
-            table: table_ref(&d.name)?,
+            table: table_ref(&d.name, chosen)?,
             if_exists: d.if_exists,
         }),
         LogicalPlan::Dml(DmlStatement {
@@ -575,7 +601,7 @@ fn classify(sql: &str, plan: LogicalPlan) -> Result<Planned, Status> {
             input,
             ..
         }) => Planned::Write(Write::Insert {
-            table: table_ref(&table_name)?,
+            table: table_ref(&table_name, chosen)?,
             rows: input.as_ref().clone(),
         }),
         LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) => {

@@ -16,6 +16,7 @@ use tonic::Status;
 use super::super::bounded::Budget;
 use super::super::cancel::YieldAboveEveryOperator;
 use super::super::catalog::{CATALOG, LakeCatalog};
+use super::super::options::SessionOptions;
 use super::super::repeat::BoundRepetition;
 use super::super::search::{LakeSettings, NearestNeighbours};
 use super::status;
@@ -75,10 +76,14 @@ pub(crate) async fn session(
     disk: Arc<DiskManager>,
     deadline: std::time::Instant,
     time_limit: std::time::Duration,
+    options: &SessionOptions,
 ) -> Result<SessionContext, Status> {
     let budget = Budget::new(memory.clone(), deadline, time_limit);
+    // Unqualified names resolve in the session's schema (see `options.rs`).
+    let schema = options.schema().map_or("default", |s| s.as_str());
     let config = SessionConfig::new()
-        .with_default_catalog_and_schema(CATALOG, "default")
+        .with_default_catalog_and_schema(CATALOG, schema)
+        .with_extension(Arc::new(options.clone()))
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true)
         // What plans made outside the optimizer (a DELETE's predicate) count against.

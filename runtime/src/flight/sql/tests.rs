@@ -227,6 +227,7 @@ async fn every_statement_is_classified_as_what_it_does() {
             disk.clone(),
             deadline,
             std::time::Duration::from_secs(60),
+            &crate::flight::options::SessionOptions::default(),
         )
         .await
         .unwrap();

@@ -1,0 +1,312 @@
+//! Session options (Flight's `SetSessionOptions`, `GetSessionOptions`, `CloseSession`): the
+//! schema unqualified table names resolve in, per connection (ADBC's
+//! `adbc.connection.db_schema`).
+//!
+//! lake keeps no session state: the options travel in a cookie the client sends back on every
+//! call (ADBC with `adbc.flight.sql.rpc.with_cookie_middleware`), so the next call may land on
+//! any replica. The cookie is not secret and need not be signed: it only chooses a default name
+//! resolution the client could spell out itself, and it is checked like SQL on every call.
+
+use std::collections::HashMap;
+
+use tonic::Status;
+use tonic::metadata::MetadataMap;
+
+use crate::catalog::NamespaceName;
+
+use super::catalog::CATALOG;
+
+/// The cookie that carries the session's schema.
+const SCHEMA_COOKIE: &str = "lake_schema";
+/// The option names ADBC and the JDBC driver use.
+const SCHEMA: &str = "schema";
+const CATALOG_OPTION: &str = "catalog";
+
+/// The messages of Flight.proto's session options (arrow-flight 58 does not generate them).
+mod proto {
+    use std::collections::HashMap;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct SessionOptionValue {
+        #[prost(oneof = "Value", tags = "1, 2, 3, 4, 5")]
+        pub(super) value: Option<Value>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub(super) enum Value {
+        #[prost(string, tag = "1")]
+        String(String),
+        #[prost(bool, tag = "2")]
+        Bool(bool),
+        #[prost(sfixed64, tag = "3")]
+        Int64(i64),
+        #[prost(double, tag = "4")]
+        Double(f64),
+        #[prost(message, tag = "5")]
+        StringList(StringListValue),
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct StringListValue {
+        #[prost(string, repeated, tag = "1")]
+        pub(super) values: Vec<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct SetSessionOptionsRequest {
+        #[prost(map = "string, message", tag = "1")]
+        pub(super) session_options: HashMap<String, SessionOptionValue>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct SetSessionOptionsResult {
+        #[prost(map = "string, message", tag = "1")]
+        pub(super) errors: HashMap<String, SetSessionOptionsError>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct SetSessionOptionsError {
+        #[prost(enumeration = "ErrorValue", tag = "1")]
+        pub(super) value: i32,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
+    #[repr(i32)]
+    pub(super) enum ErrorValue {
+        Unspecified = 0,
+        InvalidName = 1,
+        InvalidValue = 2,
+        Error = 3,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct GetSessionOptionsResult {
+        #[prost(map = "string, message", tag = "1")]
+        pub(super) session_options: HashMap<String, SessionOptionValue>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct CloseSessionResult {
+        #[prost(enumeration = "CloseStatus", tag = "1")]
+        pub(super) status: i32,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
+    #[repr(i32)]
+    pub(super) enum CloseStatus {
+        Unspecified = 0,
+        Closed = 1,
+        Closing = 2,
+        NotCloseable = 3,
+    }
+}
+
+use proto::{ErrorValue, SessionOptionValue, Value};
+
+/// What a call's session chose: today, the schema unqualified names resolve in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SessionOptions {
+    schema: Option<NamespaceName>,
+}
+
+/// An action's reply: its body, and the `set-cookie` header values that carry the new options.
+pub(super) struct Reply {
+    pub(super) body: Vec<u8>,
+    pub(super) cookies: Vec<String>,
+}
+
+impl SessionOptions {
+    /// The options a call's cookies carry. A cookie lake did not set is ignored; one of lake's
+    /// that does not hold a schema name is INVALID_ARGUMENT.
+    pub(super) fn from_metadata(metadata: &MetadataMap) -> Result<Self, Status> {
+        let mut options = Self::default();
+        for header in metadata.get_all("cookie") {
+            let Ok(header) = header.to_str() else {
+                continue;
+            };
+            for pair in header.split(';') {
+                let Some((name, value)) = pair.trim().split_once('=') else {
+                    continue;
+                };
+                if name == SCHEMA_COOKIE && !value.is_empty() {
+                    options.schema = Some(NamespaceName::parse(value).map_err(|e| {
+                        Status::invalid_argument(format!(
+                            "the session cookie {SCHEMA_COOKIE} does not name a schema: {e}"
+                        ))
+                    })?);
+                }
+            }
+        }
+        Ok(options)
+    }
+
+    /// The schema unqualified table names resolve in, if the session chose one.
+    pub(crate) fn schema(&self) -> Option<&NamespaceName> {
+        self.schema.as_ref()
+    }
+
+    /// `SetSessionOptions`: each option set, or its error (an unknown name, a value that is not
+    /// a schema name, a catalog other than lake's); an option sent without a value is unset.
+    pub(super) fn set(&self, body: &[u8]) -> Result<Reply, Status> {
+        use prost::Message;
+        let request = proto::SetSessionOptionsRequest::decode(body).map_err(|e| {
+            Status::invalid_argument(format!(
+                "SetSessionOptions needs a SetSessionOptionsRequest: {e}"
+            ))
+        })?;
+        let mut next = self.clone();
+        let mut errors = HashMap::new();
+        for (name, value) in request.session_options {
+            let outcome = match (name.as_str(), value.value) {
+                (SCHEMA, None) => {
+                    next.schema = None;
+                    Ok(())
+                }
+                (SCHEMA, Some(Value::String(schema))) => NamespaceName::parse(&schema)
+                    .map(|schema| next.schema = Some(schema))
+                    .map_err(|_| ErrorValue::InvalidValue),
+                (CATALOG_OPTION, None) => Ok(()),
+                (CATALOG_OPTION, Some(Value::String(catalog))) if catalog == CATALOG => Ok(()),
+                (SCHEMA | CATALOG_OPTION, Some(_)) => Err(ErrorValue::InvalidValue),
+                _ => Err(ErrorValue::InvalidName),
+            };
+            if let Err(error) = outcome {
+                errors.insert(
+                    name,
+                    proto::SetSessionOptionsError {
+                        value: error as i32,
+                    },
+                );
+            }
+        }
+        Ok(Reply {
+            body: proto::SetSessionOptionsResult { errors }.encode_to_vec(),
+            cookies: vec![next.cookie()],
+        })
+    }
+
+    /// `GetSessionOptions`: the catalog, and the schema if one is chosen.
+    pub(super) fn get(&self) -> Reply {
+        use prost::Message;
+        let string = |s: &str| SessionOptionValue {
+            value: Some(Value::String(s.to_owned())),
+        };
+        let mut session_options = HashMap::from([(CATALOG_OPTION.to_owned(), string(CATALOG))]);
+        if let Some(schema) = &self.schema {
+            session_options.insert(SCHEMA.to_owned(), string(schema.as_str()));
+        }
+        Reply {
+            body: proto::GetSessionOptionsResult { session_options }.encode_to_vec(),
+            cookies: Vec::new(),
+        }
+    }
+
+    /// `CloseSession`: the options are forgotten (the client is told to drop the cookie).
+    pub(super) fn close() -> Reply {
+        use prost::Message;
+        Reply {
+            body: proto::CloseSessionResult {
+                status: proto::CloseStatus::Closed as i32,
+            }
+            .encode_to_vec(),
+            cookies: vec![Self::default().cookie()],
+        }
+    }
+
+    /// The `set-cookie` value that makes the client send these options back (an expired cookie
+    /// when there are none).
+    fn cookie(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("{SCHEMA_COOKIE}={}; Path=/; HttpOnly", schema.as_str()),
+            None => format!("{SCHEMA_COOKIE}=; Path=/; Max-Age=0"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    fn request(options: &[(&str, Option<Value>)]) -> Vec<u8> {
+        proto::SetSessionOptionsRequest {
+            session_options: options
+                .iter()
+                .map(|(k, v)| (k.to_string(), SessionOptionValue { value: v.clone() }))
+                .collect(),
+        }
+        .encode_to_vec()
+    }
+
+    fn with_cookie(cookie: &str) -> Result<SessionOptions, Status> {
+        let mut metadata = MetadataMap::new();
+        metadata.insert("cookie", cookie.parse().unwrap());
+        SessionOptions::from_metadata(&metadata)
+    }
+
+    #[test]
+    fn a_schema_set_comes_back_in_the_cookie() {
+        let reply = SessionOptions::default()
+            .set(&request(&[("schema", Some(Value::String("sales".into())))]))
+            .unwrap();
+        let result = proto::SetSessionOptionsResult::decode(&*reply.body).unwrap();
+        assert!(result.errors.is_empty());
+        let cookie = reply.cookies[0].split(';').next().unwrap().to_owned();
+        let options = with_cookie(&format!("other=1; {cookie}")).unwrap();
+        assert_eq!(options.schema().map(|s| s.as_str()), Some("sales"));
+        let got = proto::GetSessionOptionsResult::decode(&*options.get().body).unwrap();
+        assert_eq!(
+            got.session_options["schema"].value,
+            Some(Value::String("sales".into()))
+        );
+    }
+
+    #[test]
+    fn bad_names_and_values_are_reported_per_option() {
+        let reply = SessionOptions::default()
+            .set(&request(&[
+                ("schema", Some(Value::String("../etc".into()))),
+                ("catalog", Some(Value::String("other".into()))),
+                ("colour", Some(Value::String("blue".into()))),
+                ("schema2", None),
+            ]))
+            .unwrap();
+        let errors = proto::SetSessionOptionsResult::decode(&*reply.body)
+            .unwrap()
+            .errors;
+        let error = |name: &str| errors[name].value;
+        assert_eq!(error("schema"), ErrorValue::InvalidValue as i32);
+        assert_eq!(error("catalog"), ErrorValue::InvalidValue as i32);
+        assert_eq!(error("colour"), ErrorValue::InvalidName as i32);
+        assert_eq!(error("schema2"), ErrorValue::InvalidName as i32);
+        // Nothing was chosen: the cookie is cleared.
+        assert!(
+            reply.cookies[0].contains("Max-Age=0"),
+            "{}",
+            reply.cookies[0]
+        );
+    }
+
+    #[test]
+    fn a_forged_cookie_is_checked_like_a_name() {
+        let err = with_cookie("lake_schema=Robert'); DROP").unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            with_cookie("lake_schema=").unwrap(),
+            SessionOptions::default()
+        );
+    }
+
+    #[test]
+    fn unsetting_and_closing_forget_the_schema() {
+        let chosen = with_cookie("lake_schema=sales").unwrap();
+        let reply = chosen.set(&request(&[("schema", None)])).unwrap();
+        assert!(reply.cookies[0].contains("Max-Age=0"));
+        let closed = SessionOptions::close();
+        let status = proto::CloseSessionResult::decode(&*closed.body)
+            .unwrap()
+            .status;
+        assert_eq!(status, proto::CloseStatus::Closed as i32);
+        assert!(closed.cookies[0].contains("Max-Age=0"));
+    }
+}

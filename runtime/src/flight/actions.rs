@@ -95,7 +95,7 @@ impl LakeFlightSql {
         Ok(match action {
             CustomAction::SetSessionOptions => options()?.set(body)?,
             CustomAction::GetSessionOptions => options()?.get(),
-            CustomAction::CloseSession => SessionOptions::close(),
+            CustomAction::CloseSession => options()?.close(),
             CustomAction::DescribeStage => plain(match &self.role {
                 Role::Query { context, .. } => context.stage().encode(),
                 Role::Metadata(context) => context.stage().descriptor().encode(),

@@ -1,13 +1,14 @@
-//! Session options (Flight's `SetSessionOptions`, `GetSessionOptions`, `CloseSession`): the
-//! schema unqualified table names resolve in, per connection (ADBC's
-//! `adbc.connection.db_schema`).
+//! Session options (Flight's `SetSessionOptions`, `GetSessionOptions`, `CloseSession`), per
+//! connection: the schema unqualified table names resolve in (ADBC's
+//! `adbc.connection.db_schema`), and lake's settings (`lake.vector.nprobes`, …: ADBC's
+//! `adbc.flight.sql.session.option.<name>`).
 //!
 //! lake keeps no session state: the options travel in a cookie the client sends back on every
 //! call (ADBC with `adbc.flight.sql.rpc.with_cookie_middleware`), so the next call may land on
 //! any replica. The cookie is not secret and need not be signed: it only chooses a default name
 //! resolution the client could spell out itself, and it is checked like SQL on every call.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use tonic::Status;
 use tonic::metadata::MetadataMap;
@@ -15,12 +16,17 @@ use tonic::metadata::MetadataMap;
 use crate::catalog::NamespaceName;
 
 use super::catalog::CATALOG;
+use super::search::{SettingError, check_setting};
 
 /// The cookie that carries the session's schema.
 const SCHEMA_COOKIE: &str = "lake_schema";
 /// The option names ADBC and the JDBC driver use.
 const SCHEMA: &str = "schema";
 const CATALOG_OPTION: &str = "catalog";
+/// lake's settings are options (and cookies) of their own name.
+const SETTINGS: &str = "lake.";
+/// At most this many settings travel in one session's cookies.
+const MAX_SETTINGS: usize = 16;
 
 /// The messages of Flight.proto's session options (arrow-flight 58 does not generate them).
 mod proto {
@@ -103,10 +109,22 @@ mod proto {
 
 use proto::{ErrorValue, SessionOptionValue, Value};
 
-/// What a call's session chose: today, the schema unqualified names resolve in.
+/// What a call's session chose: the schema unqualified names resolve in, and settings (each
+/// checked: a known name, a value within its bounds) by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct SessionOptions {
     schema: Option<NamespaceName>,
+    settings: BTreeMap<String, String>,
+}
+
+/// The text of an option's value, as configuration takes it.
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Int64(n) => Some(n.to_string()),
+        Value::Double(_) | Value::StringList(_) => None,
+    }
 }
 
 /// An action's reply: its body, and the `set-cookie` header values that carry the new options.
@@ -134,6 +152,19 @@ impl SessionOptions {
                             "the session cookie {SCHEMA_COOKIE} does not name a schema: {e}"
                         ))
                     })?);
+                } else if name.starts_with(SETTINGS) && !value.is_empty() {
+                    // Checked like SetSessionOptions checked it: the cookie is the client's.
+                    let checked = check_setting(name, value).map_err(|e| {
+                        Status::invalid_argument(format!(
+                            "the session cookie {name} is not a setting's value: {e:?}"
+                        ))
+                    })?;
+                    options.settings.insert(name.to_owned(), checked);
+                    if options.settings.len() > MAX_SETTINGS {
+                        return Err(Status::invalid_argument(format!(
+                            "more than {MAX_SETTINGS} session settings"
+                        )));
+                    }
                 }
             }
         }
@@ -143,6 +174,12 @@ impl SessionOptions {
     /// The schema unqualified table names resolve in, if the session chose one.
     pub(crate) fn schema(&self) -> Option<&NamespaceName> {
         self.schema.as_ref()
+    }
+
+    /// The settings the session chose, by name (`lake.vector.nprobes`), as configuration
+    /// takes them.
+    pub(crate) fn settings(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.settings.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// `SetSessionOptions`: each option set, or its error (an unknown name, a value that is not
@@ -168,6 +205,24 @@ impl SessionOptions {
                 (CATALOG_OPTION, None) => Ok(()),
                 (CATALOG_OPTION, Some(Value::String(catalog))) if catalog == CATALOG => Ok(()),
                 (SCHEMA | CATALOG_OPTION, Some(_)) => Err(ErrorValue::InvalidValue),
+                (setting, None) if setting.starts_with(SETTINGS) => {
+                    next.settings.remove(setting);
+                    Ok(())
+                }
+                (setting, Some(value)) if setting.starts_with(SETTINGS) => {
+                    match text(&value).map(|v| check_setting(setting, &v)) {
+                        Some(Ok(checked))
+                            if next.settings.len() < MAX_SETTINGS
+                                || next.settings.contains_key(setting) =>
+                        {
+                            next.settings.insert(setting.to_owned(), checked);
+                            Ok(())
+                        }
+                        Some(Ok(_)) => Err(ErrorValue::Error),
+                        Some(Err(SettingError::Unknown)) => Err(ErrorValue::InvalidName),
+                        Some(Err(SettingError::Invalid(_))) | None => Err(ErrorValue::InvalidValue),
+                    }
+                }
                 _ => Err(ErrorValue::InvalidName),
             };
             if let Err(error) = outcome {
@@ -179,9 +234,11 @@ impl SessionOptions {
                 );
             }
         }
+        let mut cookies = vec![next.cookie()];
+        cookies.extend(next.setting_cookies(self));
         Ok(Reply {
             body: proto::SetSessionOptionsResult { errors }.encode_to_vec(),
-            cookies: vec![next.cookie()],
+            cookies,
         })
     }
 
@@ -195,22 +252,42 @@ impl SessionOptions {
         if let Some(schema) = &self.schema {
             session_options.insert(SCHEMA.to_owned(), string(schema.as_str()));
         }
+        for (name, value) in &self.settings {
+            session_options.insert(name.clone(), string(value));
+        }
         Reply {
             body: proto::GetSessionOptionsResult { session_options }.encode_to_vec(),
             cookies: Vec::new(),
         }
     }
 
-    /// `CloseSession`: the options are forgotten (the client is told to drop the cookie).
-    pub(super) fn close() -> Reply {
+    /// `CloseSession`: the options are forgotten (the client is told to drop the cookies).
+    pub(super) fn close(&self) -> Reply {
         use prost::Message;
         Reply {
             body: proto::CloseSessionResult {
                 status: proto::CloseStatus::Closed as i32,
             }
             .encode_to_vec(),
-            cookies: vec![Self::default().cookie()],
+            cookies: std::iter::once(Self::default().cookie())
+                .chain(Self::default().setting_cookies(self))
+                .collect(),
         }
+    }
+
+    /// The `set-cookie` values that move the client's setting cookies from `before`'s to these:
+    /// each setting kept, and an expired cookie for each one dropped.
+    fn setting_cookies(&self, before: &Self) -> Vec<String> {
+        let kept = self
+            .settings
+            .iter()
+            .map(|(name, value)| format!("{name}={value}; Path=/; HttpOnly"));
+        let dropped = before
+            .settings
+            .keys()
+            .filter(|name| !self.settings.contains_key(*name))
+            .map(|name| format!("{name}=; Path=/; Max-Age=0"));
+        kept.chain(dropped).collect()
     }
 
     /// The `set-cookie` value that makes the client send these options back (an expired cookie
@@ -288,6 +365,65 @@ mod tests {
     }
 
     #[test]
+    fn settings_are_checked_and_carried_by_name() {
+        let reply = SessionOptions::default()
+            .set(&request(&[
+                ("lake.vector.nprobes", Some(Value::Int64(64))),
+                (
+                    "lake.vector.refine_factor",
+                    Some(Value::String("1000".into())),
+                ),
+                ("lake.vector.nope", Some(Value::String("1".into()))),
+            ]))
+            .unwrap();
+        let errors = proto::SetSessionOptionsResult::decode(&*reply.body)
+            .unwrap()
+            .errors;
+        assert_eq!(
+            errors["lake.vector.refine_factor"].value,
+            ErrorValue::InvalidValue as i32
+        );
+        assert_eq!(
+            errors["lake.vector.nope"].value,
+            ErrorValue::InvalidName as i32
+        );
+        assert!(!errors.contains_key("lake.vector.nprobes"));
+        let cookies: Vec<&str> = reply
+            .cookies
+            .iter()
+            .map(|c| c.split(';').next().unwrap())
+            .collect();
+        assert!(cookies.contains(&"lake.vector.nprobes=64"), "{cookies:?}");
+        let options = with_cookie(&cookies.join("; ")).unwrap();
+        assert_eq!(
+            options.settings().collect::<Vec<_>>(),
+            [("lake.vector.nprobes", "64")]
+        );
+        // A cookie is the client's: checked as SetSessionOptions checks.
+        let err = with_cookie("lake.vector.nprobes=99999999").unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        let err = with_cookie("lake.datafusion=1").unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        // Unset, and closed: the cookie is expired.
+        let reply = options
+            .set(&request(&[("lake.vector.nprobes", None)]))
+            .unwrap();
+        assert!(
+            reply
+                .cookies
+                .iter()
+                .any(|c| c == "lake.vector.nprobes=; Path=/; Max-Age=0")
+        );
+        assert!(
+            options
+                .close()
+                .cookies
+                .iter()
+                .any(|c| c.starts_with("lake.vector.nprobes=;"))
+        );
+    }
+
+    #[test]
     fn a_forged_cookie_is_checked_like_a_name() {
         let err = with_cookie("lake_schema=Robert'); DROP").unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
@@ -302,7 +438,7 @@ mod tests {
         let chosen = with_cookie("lake_schema=sales").unwrap();
         let reply = chosen.set(&request(&[("schema", None)])).unwrap();
         assert!(reply.cookies[0].contains("Max-Age=0"));
-        let closed = SessionOptions::close();
+        let closed = chosen.close();
         let status = proto::CloseSessionResult::decode(&*closed.body)
             .unwrap()
             .status;

@@ -804,3 +804,80 @@ async fn contains_tokens_is_served_by_an_inverted_index() {
         "{err}"
     );
 }
+
+/// `lake.vector.*` are session options (ADBC's `adbc.flight.sql.session.option.<name>`): a
+/// connection turns the index off or probes more partitions, within bounds, and no other
+/// connection sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn vector_settings_are_session_options() {
+    let vectors = Vectors::new(6).clustered(3000, DIM, 20);
+    let (lake, _client) = lake_with(&vectors).await;
+    ok(
+        &lake.metadata,
+        "CREATE INDEX e ON s.v USING IVF_FLAT (emb) WITH (metric = 'cosine', num_partitions = 8)",
+    );
+    let search = format!(
+        "EXPLAIN SELECT id FROM s.v ORDER BY cosine_distance(emb, {}) LIMIT 5",
+        literal(&vectors[3])
+    );
+    let adbc = r#"
+import sys
+import adbc_driver_flightsql.dbapi as flightsql
+import adbc_driver_manager
+endpoint, sql = sys.argv[1], sys.argv[2]
+OPTION = "adbc.flight.sql.session.option."
+COOKIES = {"adbc.flight.sql.rpc.with_cookie_middleware": "true"}
+
+def plan(conn):
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return " ".join(p for _, p in cur.fetchall())
+
+with flightsql.connect(endpoint, db_kwargs=COOKIES) as conn, flightsql.connect(endpoint, db_kwargs=COOKIES) as other:
+    print("default", "ANNSubIndex" in plan(conn))
+    conn.adbc_connection.set_options(**{OPTION + "lake.vector.nprobes": "7"})
+    print("nprobes", "minimum_nprobes=7" in plan(conn), plan(conn))
+    conn.adbc_connection.set_options(**{OPTION + "lake.vector.use_index": "false"})
+    print("off", "ANNSubIndex" in plan(conn))
+    print("other", "ANNSubIndex" in plan(other))
+    try:
+        conn.adbc_connection.set_options(**{OPTION + "lake.vector.nprobes": "100000000"})
+        print("bounded", False)
+    except adbc_driver_manager.Error as e:
+        print("bounded", "INVALID" in str(e).upper(), e)
+"#;
+    let out = lake_testkit::python_command()
+        .args(["-c", adbc, &lake.query, &search])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let said = |what: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{what} ")))
+            .map(|rest| rest.starts_with("True"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no {what}: {stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    };
+    assert!(said("default"), "the index serves by default: {stdout}");
+    assert!(
+        said("nprobes"),
+        "the session's nprobes reached Lance: {stdout}"
+    );
+    assert!(
+        !said("off"),
+        "use_index = false still used the index: {stdout}"
+    );
+    assert!(
+        said("other"),
+        "another connection saw the setting: {stdout}"
+    );
+    assert!(
+        said("bounded"),
+        "an unbounded nprobes was accepted: {stdout}"
+    );
+}

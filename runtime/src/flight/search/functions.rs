@@ -35,7 +35,7 @@ use crate::flight::distributed::LakeTable;
 const VECTOR_SEARCH: &str = "vector_search";
 const FTS: &str = "fts";
 /// The most candidates (k × refine_factor) one search may ask Lance for.
-const MAX_CANDIDATES: usize = 100_000;
+pub(super) const MAX_CANDIDATES: usize = 100_000;
 /// Distinct tables one statement's searches may name: each is resolved before planning.
 const MAX_SEARCHES: usize = 16;
 

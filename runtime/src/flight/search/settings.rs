@@ -1,6 +1,6 @@
 //! The knobs of vector search, as DataFusion configuration: `lake.vector.*`.
 
-use datafusion::common::config::ConfigExtension;
+use datafusion::common::config::{ConfigExtension, ExtensionOptions};
 use datafusion::common::{config_namespace, extensions_options};
 
 config_namespace! {
@@ -29,6 +29,53 @@ impl ConfigExtension for LakeSettings {
     const PREFIX: &'static str = "lake";
 }
 
+/// The largest value a session may give each numeric setting: a search's work grows with each
+/// (partitions probed, candidates ranked, HNSW breadth), and a session is any client's.
+const BOUNDS: [(&str, u64); 3] = [
+    ("lake.vector.nprobes", 1024),
+    ("lake.vector.refine_factor", 100),
+    ("lake.vector.ef", 10_000),
+];
+
+/// Why a session may not set `name` to `value`.
+#[derive(Debug, PartialEq, Eq)]
+pub(in crate::flight) enum SettingError {
+    /// No setting has that name.
+    Unknown,
+    /// Not a value of the setting's type, or outside its bounds.
+    Invalid(String),
+}
+
+/// `value` for the setting `name` (`lake.vector.nprobes`), in the form DataFusion's
+/// configuration takes, if a session may set it.
+pub(in crate::flight) fn check(name: &str, value: &str) -> Result<String, SettingError> {
+    let known = LakeSettings::default()
+        .entries()
+        .into_iter()
+        .any(|entry| format!("{}.{}", LakeSettings::PREFIX, entry.key) == name);
+    if !known {
+        return Err(SettingError::Unknown);
+    }
+    let mut options = datafusion::config::ConfigOptions::new();
+    options.extensions.insert(LakeSettings::default());
+    options
+        .set(name, value)
+        .map_err(|e| SettingError::Invalid(e.to_string()))?;
+    if let Some((_, most)) = BOUNDS.iter().find(|(n, _)| *n == name) {
+        let n: u64 = value
+            .trim()
+            .parse()
+            .map_err(|e| SettingError::Invalid(format!("{e}")))?;
+        if n > *most || (name != "lake.vector.ef" && n == 0) {
+            return Err(SettingError::Invalid(format!(
+                "{name} is {n}; it takes {} to {most}",
+                u64::from(name != "lake.vector.ef")
+            )));
+        }
+    }
+    Ok(value.trim().to_owned())
+}
+
 /// The vector settings of `options` (the defaults where lake's are not registered).
 pub(in crate::flight) fn vector(options: &datafusion::config::ConfigOptions) -> VectorSettings {
     options
@@ -55,5 +102,29 @@ mod tests {
         assert!(!settings.use_index);
         assert_eq!(settings.nprobes, 64);
         assert!(options.set("lake.vector.nope", "1").is_err());
+    }
+
+    #[test]
+    fn a_session_sets_only_known_settings_within_bounds() {
+        assert_eq!(check("lake.vector.nprobes", "64"), Ok("64".into()));
+        assert_eq!(check("lake.vector.use_index", "false"), Ok("false".into()));
+        assert_eq!(check("lake.vector.nope", "1"), Err(SettingError::Unknown));
+        assert_eq!(
+            check("datafusion.execution.batch_size", "1"),
+            Err(SettingError::Unknown)
+        );
+        for (name, value) in [
+            ("lake.vector.nprobes", "1000000"),
+            ("lake.vector.nprobes", "0"),
+            ("lake.vector.refine_factor", "101"),
+            ("lake.vector.ef", "10001"),
+            ("lake.vector.nprobes", "-1"),
+            ("lake.vector.use_index", "maybe"),
+        ] {
+            assert!(
+                matches!(check(name, value), Err(SettingError::Invalid(_))),
+                "{name} = {value}"
+            );
+        }
     }
 }

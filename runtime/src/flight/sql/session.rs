@@ -81,7 +81,7 @@ pub(crate) async fn session(
     let budget = Budget::new(memory.clone(), deadline, time_limit);
     // Unqualified names resolve in the session's schema (see `options.rs`).
     let schema = options.schema().map_or("default", |s| s.as_str());
-    let config = SessionConfig::new()
+    let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(CATALOG, schema)
         .with_extension(Arc::new(options.clone()))
         .with_create_default_catalog_and_schema(false)
@@ -89,6 +89,13 @@ pub(crate) async fn session(
         // What plans made outside the optimizer (a DELETE's predicate) count against.
         .with_extension(Arc::new(budget.clone()))
         .with_option_extension(LakeSettings::default());
+    // The session's settings were checked when they were set and when their cookie was read.
+    for (name, value) in options.settings() {
+        config
+            .options_mut()
+            .set(name, value)
+            .map_err(|e| Status::invalid_argument(format!("session setting {name}: {e}")))?;
+    }
     let runtime = runtime_env(memory.clone(), disk).map_err(status)?;
     let state = SessionStateBuilder::new()
         .with_config(config)

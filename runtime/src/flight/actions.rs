@@ -80,22 +80,22 @@ impl CustomAction {
 }
 
 impl LakeFlightSql {
-    /// Performs `action` with the request's `body` for a call whose session is `options`: its
-    /// one result's body, and the cookies that carry the session's options on.
+    /// Performs `action` with the request's `body` for a call with `metadata` (its session
+    /// cookies): its one result's body, and the cookies that carry the session's options on.
     pub(super) fn perform(
         &self,
         action: CustomAction,
         body: &[u8],
-        options: impl FnOnce() -> Result<SessionOptions, Status>,
+        metadata: &tonic::metadata::MetadataMap,
     ) -> Result<Reply, Status> {
         let plain = |body: Vec<u8>| Reply {
             body,
             cookies: Vec::new(),
         };
         Ok(match action {
-            CustomAction::SetSessionOptions => options()?.set(body)?,
-            CustomAction::GetSessionOptions => options()?.get(),
-            CustomAction::CloseSession => options()?.close(),
+            CustomAction::SetSessionOptions => SessionOptions::from_metadata(metadata).set(body)?,
+            CustomAction::GetSessionOptions => SessionOptions::from_metadata(metadata).get(),
+            CustomAction::CloseSession => SessionOptions::close(metadata),
             CustomAction::DescribeStage => plain(match &self.role {
                 Role::Query { context, .. } => context.stage().encode(),
                 Role::Metadata(context) => context.stage().descriptor().encode(),

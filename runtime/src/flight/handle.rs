@@ -10,6 +10,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use tonic::Status;
 
+use super::options::SessionOptions;
+
 type HmacSha256 = Hmac<Sha256>;
 const TAG_LEN: usize = 32;
 /// Bound parameters of one statement, as Arrow IPC: far more than a row of values needs.
@@ -39,15 +41,50 @@ pub(super) enum Handle {
         id: u64,
         statement: Box<Handle>,
     },
+    /// A statement issued in a session with options (`options.rs`), as that session's cookie
+    /// header: planned again under them whatever cookies a later call (a DoGet on another
+    /// replica, after the kept plan expired) brings.
+    InSession {
+        options: String,
+        statement: Box<Handle>,
+    },
 }
 
 impl Handle {
+    /// The session options the handle was issued under, if it carries them.
+    pub(super) fn options(&self) -> Option<SessionOptions> {
+        match self {
+            Handle::InSession { options, .. } => Some(SessionOptions::from_header(options)),
+            Handle::Planned { statement, .. } => statement.options(),
+            _ => None,
+        }
+    }
+
+    /// The session `options` a statement handle runs under: its own if it carries them (it was
+    /// issued in a session), else `call`'s.
+    pub(super) fn options_or(&self, call: SessionOptions) -> SessionOptions {
+        self.options().unwrap_or(call)
+    }
+
+    /// This handle, carrying `options` if it carries none yet and they are not the defaults.
+    pub(super) fn in_session(self, options: &SessionOptions) -> Handle {
+        if self.options().is_some() || *options == SessionOptions::default() {
+            return self;
+        }
+        Handle::InSession {
+            options: options.header(),
+            statement: Box::new(self),
+        }
+    }
+
     /// The SQL and bound parameters of a statement handle.
     pub(super) fn statement(self) -> Result<(String, Option<Vec<ScalarValue>>), Status> {
         match self {
             Handle::Sql(sql) => Ok((sql, None)),
             Handle::Bound { sql, params } => Ok((sql, Some(params_from_ipc(&params)?))),
-            Handle::Planned { statement, .. } => statement.statement(),
+            Handle::Planned { statement, .. } | Handle::InSession { statement, .. } => {
+                statement.statement()
+            }
             Handle::Done(_) => Err(Status::invalid_argument("unknown prepared statement")),
         }
     }

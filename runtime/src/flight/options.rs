@@ -27,6 +27,35 @@ const CATALOG_OPTION: &str = "catalog";
 const SETTINGS: &str = "lake.";
 /// At most this many settings travel in one session's cookies.
 const MAX_SETTINGS: usize = 16;
+/// At most this many cookies of a call are looked at, and options of one SetSessionOptions.
+const MAX_COOKIES: usize = 64;
+/// The largest SetSessionOptions request read.
+const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// lake's cookies in a call's `cookie` headers (`lake_schema` and `lake.*`), non-empty, as
+/// (name, value), at most [`MAX_COOKIES`] of all cookies looked at. A cookie that is not text
+/// (another application's, in the same header) is skipped, not the header.
+fn lake_cookies(metadata: &MetadataMap) -> Vec<(String, String)> {
+    let pairs = metadata
+        .get_all("cookie")
+        .iter()
+        .flat_map(|header| header.as_bytes().split(|b| *b == b';'))
+        .take(MAX_COOKIES);
+    let mut found: Vec<(String, String)> = Vec::new();
+    for pair in pairs {
+        let Ok(pair) = std::str::from_utf8(pair) else {
+            continue;
+        };
+        let Some((name, value)) = pair.trim().split_once('=') else {
+            continue;
+        };
+        let ours = name == SCHEMA_COOKIE || name.starts_with(SETTINGS);
+        if ours && !value.is_empty() && !found.iter().any(|(n, _)| n == name) {
+            found.push((name.to_owned(), value.to_owned()));
+        }
+    }
+    found
+}
 
 /// The messages of Flight.proto's session options (arrow-flight 58 does not generate them).
 mod proto {
@@ -128,47 +157,55 @@ fn text(value: &Value) -> Option<String> {
 }
 
 /// An action's reply: its body, and the `set-cookie` header values that carry the new options.
+#[derive(Debug)]
 pub(super) struct Reply {
     pub(super) body: Vec<u8>,
     pub(super) cookies: Vec<String>,
 }
 
 impl SessionOptions {
-    /// The options a call's cookies carry. A cookie lake did not set is ignored; one of lake's
-    /// that does not hold a schema name is INVALID_ARGUMENT.
-    pub(super) fn from_metadata(metadata: &MetadataMap) -> Result<Self, Status> {
+    /// The options a call's cookies carry. A cookie is the client's: each is checked as
+    /// SetSessionOptions checks it, and one that does not pass (a forged value, a setting this
+    /// version does not know, a bound tightened since) is ignored rather than refused, so that no
+    /// cookie can shut a client out of the calls that would replace it. At most
+    /// [`MAX_COOKIES`] cookies are looked at.
+    pub(super) fn from_metadata(metadata: &MetadataMap) -> Self {
         let mut options = Self::default();
-        for header in metadata.get_all("cookie") {
-            let Ok(header) = header.to_str() else {
-                continue;
-            };
-            for pair in header.split(';') {
-                let Some((name, value)) = pair.trim().split_once('=') else {
-                    continue;
-                };
-                if name == SCHEMA_COOKIE && !value.is_empty() {
-                    options.schema = Some(NamespaceName::parse(value).map_err(|e| {
-                        Status::invalid_argument(format!(
-                            "the session cookie {SCHEMA_COOKIE} does not name a schema: {e}"
-                        ))
-                    })?);
-                } else if name.starts_with(SETTINGS) && !value.is_empty() {
-                    // Checked like SetSessionOptions checked it: the cookie is the client's.
-                    let checked = check_setting(name, value).map_err(|e| {
-                        Status::invalid_argument(format!(
-                            "the session cookie {name} is not a setting's value: {e:?}"
-                        ))
-                    })?;
-                    options.settings.insert(name.to_owned(), checked);
-                    if options.settings.len() > MAX_SETTINGS {
-                        return Err(Status::invalid_argument(format!(
-                            "more than {MAX_SETTINGS} session settings"
-                        )));
+        for (name, value) in lake_cookies(metadata) {
+            if name == SCHEMA_COOKIE {
+                match NamespaceName::parse(&value) {
+                    Ok(schema) => options.schema = Some(schema),
+                    Err(e) => tracing::debug!(%e, "ignoring the session cookie {SCHEMA_COOKIE}"),
+                }
+            } else if options.settings.len() < MAX_SETTINGS {
+                match check_setting(&name, &value) {
+                    Ok(checked) => {
+                        options.settings.insert(name, checked);
                     }
+                    Err(e) => tracing::debug!(?e, name, "ignoring a session setting cookie"),
                 }
             }
         }
-        Ok(options)
+        options
+    }
+
+    /// The options as one `cookie` header's value (what a statement handle carries).
+    pub(super) fn header(&self) -> String {
+        let schema = self
+            .schema
+            .iter()
+            .map(|s| format!("{SCHEMA_COOKIE}={}", s.as_str()));
+        let settings = self.settings.iter().map(|(k, v)| format!("{k}={v}"));
+        schema.chain(settings).collect::<Vec<_>>().join("; ")
+    }
+
+    /// The options of a `cookie` header's value, checked as a call's cookies are.
+    pub(super) fn from_header(header: &str) -> Self {
+        let mut metadata = MetadataMap::new();
+        if let Ok(value) = header.parse() {
+            metadata.insert("cookie", value);
+        }
+        Self::from_metadata(&metadata)
     }
 
     /// The schema unqualified table names resolve in, if the session chose one.
@@ -186,11 +223,23 @@ impl SessionOptions {
     /// a schema name, a catalog other than lake's); an option sent without a value is unset.
     pub(super) fn set(&self, body: &[u8]) -> Result<Reply, Status> {
         use prost::Message;
+        if body.len() > MAX_REQUEST_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "a SetSessionOptionsRequest of {} bytes; at most {MAX_REQUEST_BYTES}",
+                body.len()
+            )));
+        }
         let request = proto::SetSessionOptionsRequest::decode(body).map_err(|e| {
             Status::invalid_argument(format!(
                 "SetSessionOptions needs a SetSessionOptionsRequest: {e}"
             ))
         })?;
+        if request.session_options.len() > MAX_COOKIES {
+            return Err(Status::invalid_argument(format!(
+                "{} session options in one request; at most {MAX_COOKIES}",
+                request.session_options.len()
+            )));
+        }
         let mut next = self.clone();
         let mut errors = HashMap::new();
         for (name, value) in request.session_options {
@@ -261,17 +310,24 @@ impl SessionOptions {
         }
     }
 
-    /// `CloseSession`: the options are forgotten (the client is told to drop the cookies).
-    pub(super) fn close(&self) -> Reply {
+    /// `CloseSession`: the options are forgotten: every lake cookie the call carried (valid or
+    /// not) is expired. A stateless server cannot refuse a closed session's later calls (the
+    /// spec's NOT_FOUND); a client that keeps the cookies keeps the options.
+    pub(super) fn close(metadata: &MetadataMap) -> Reply {
         use prost::Message;
+        let mut cookies = vec![Self::default().cookie()];
+        cookies.extend(
+            lake_cookies(metadata)
+                .into_iter()
+                .filter(|(name, _)| name != SCHEMA_COOKIE)
+                .map(|(name, _)| format!("{name}=; Path=/; Max-Age=0")),
+        );
         Reply {
             body: proto::CloseSessionResult {
                 status: proto::CloseStatus::Closed as i32,
             }
             .encode_to_vec(),
-            cookies: std::iter::once(Self::default().cookie())
-                .chain(Self::default().setting_cookies(self))
-                .collect(),
+            cookies,
         }
     }
 
@@ -315,10 +371,14 @@ mod tests {
         .encode_to_vec()
     }
 
-    fn with_cookie(cookie: &str) -> Result<SessionOptions, Status> {
+    fn metadata(cookie: &str) -> MetadataMap {
         let mut metadata = MetadataMap::new();
         metadata.insert("cookie", cookie.parse().unwrap());
-        SessionOptions::from_metadata(&metadata)
+        metadata
+    }
+
+    fn with_cookie(cookie: &str) -> SessionOptions {
+        SessionOptions::from_metadata(&metadata(cookie))
     }
 
     #[test]
@@ -329,7 +389,7 @@ mod tests {
         let result = proto::SetSessionOptionsResult::decode(&*reply.body).unwrap();
         assert!(result.errors.is_empty());
         let cookie = reply.cookies[0].split(';').next().unwrap().to_owned();
-        let options = with_cookie(&format!("other=1; {cookie}")).unwrap();
+        let options = with_cookie(&format!("other=1; {cookie}"));
         assert_eq!(options.schema().map(|s| s.as_str()), Some("sales"));
         let got = proto::GetSessionOptionsResult::decode(&*options.get().body).unwrap();
         assert_eq!(
@@ -394,17 +454,21 @@ mod tests {
             .map(|c| c.split(';').next().unwrap())
             .collect();
         assert!(cookies.contains(&"lake.vector.nprobes=64"), "{cookies:?}");
-        let options = with_cookie(&cookies.join("; ")).unwrap();
+        let options = with_cookie(&cookies.join("; "));
         assert_eq!(
             options.settings().collect::<Vec<_>>(),
             [("lake.vector.nprobes", "64")]
         );
-        // A cookie is the client's: checked as SetSessionOptions checks.
-        let err = with_cookie("lake.vector.nprobes=99999999").unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument);
-        let err = with_cookie("lake.datafusion=1").unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument);
-        // Unset, and closed: the cookie is expired.
+        // A cookie is the client's: checked as SetSessionOptions checks, ignored if it fails.
+        assert_eq!(
+            with_cookie("lake.vector.nprobes=99999999"),
+            SessionOptions::default()
+        );
+        assert_eq!(
+            with_cookie("lake.datafusion.x=1"),
+            SessionOptions::default()
+        );
+        // Unset, and closed: the cookie is expired, even one this version does not know.
         let reply = options
             .set(&request(&[("lake.vector.nprobes", None)]))
             .unwrap();
@@ -414,31 +478,67 @@ mod tests {
                 .iter()
                 .any(|c| c == "lake.vector.nprobes=; Path=/; Max-Age=0")
         );
-        assert!(
-            options
-                .close()
-                .cookies
-                .iter()
-                .any(|c| c.starts_with("lake.vector.nprobes=;"))
-        );
+        let closed = SessionOptions::close(&metadata("lake.vector.nprobes=64; lake.vector.new=1"));
+        for name in ["lake_schema", "lake.vector.nprobes", "lake.vector.new"] {
+            assert!(
+                closed
+                    .cookies
+                    .iter()
+                    .any(|c| c.starts_with(&format!("{name}=;"))),
+                "{name}: {:?}",
+                closed.cookies
+            );
+        }
     }
 
     #[test]
-    fn a_forged_cookie_is_checked_like_a_name() {
-        let err = with_cookie("lake_schema=Robert'); DROP").unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    fn a_forged_cookie_is_checked_like_a_name_and_ignored() {
         assert_eq!(
-            with_cookie("lake_schema=").unwrap(),
+            with_cookie("lake_schema=Robert'); DROP"),
             SessionOptions::default()
         );
+        assert_eq!(with_cookie("lake_schema="), SessionOptions::default());
+        // Another application's cookie that is not text does not hide lake's.
+        let mut metadata = MetadataMap::new();
+        metadata.insert(
+            "cookie",
+            tonic::metadata::AsciiMetadataValue::try_from(&b"other=\xff; lake_schema=sales"[..])
+                .unwrap(),
+        );
+        assert_eq!(
+            SessionOptions::from_metadata(&metadata)
+                .schema()
+                .map(|s| s.as_str()),
+            Some("sales")
+        );
+        // Many cookies: only the first few are looked at.
+        let many: Vec<String> = (0..1000).map(|i| format!("c{i}=1")).collect();
+        assert_eq!(
+            with_cookie(&format!("{}; lake_schema=sales", many.join("; "))),
+            SessionOptions::default()
+        );
+        // What a handle carries comes back the same.
+        let chosen = with_cookie("lake_schema=sales; lake.vector.nprobes=64");
+        assert_eq!(SessionOptions::from_header(&chosen.header()), chosen);
+    }
+
+    #[test]
+    fn a_request_of_too_many_options_is_refused() {
+        let names: Vec<String> = (0..100).map(|i| format!("o{i}")).collect();
+        let options: Vec<(&str, Option<Value>)> =
+            names.iter().map(|n| (n.as_str(), None)).collect();
+        let err = SessionOptions::default()
+            .set(&request(&options))
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
     }
 
     #[test]
     fn unsetting_and_closing_forget_the_schema() {
-        let chosen = with_cookie("lake_schema=sales").unwrap();
+        let chosen = with_cookie("lake_schema=sales");
         let reply = chosen.set(&request(&[("schema", None)])).unwrap();
         assert!(reply.cookies[0].contains("Max-Age=0"));
-        let closed = chosen.close();
+        let closed = SessionOptions::close(&metadata("lake_schema=sales"));
         let status = proto::CloseSessionResult::decode(&*closed.body)
             .unwrap()
             .status;

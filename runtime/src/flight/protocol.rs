@@ -70,7 +70,7 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let options = SessionOptions::from_metadata(request.metadata())?;
+        let options = SessionOptions::from_metadata(request.metadata());
         let info = self
             .statement_info(Handle::Sql(query.query), request.into_inner(), options)
             .await?;
@@ -82,7 +82,7 @@ impl FlightSqlService for LakeFlightSql {
         ticket: TicketStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Rows, Status> {
-        let options = SessionOptions::from_metadata(request.metadata())?;
+        let options = SessionOptions::from_metadata(request.metadata());
         self.fetch(&ticket.statement_handle, &options).await
     }
 
@@ -91,7 +91,7 @@ impl FlightSqlService for LakeFlightSql {
         command: CommandStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let options = SessionOptions::from_metadata(request.metadata())?;
+        let options = SessionOptions::from_metadata(request.metadata());
         self.update(command.query, options).await
     }
 
@@ -100,7 +100,7 @@ impl FlightSqlService for LakeFlightSql {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let options = SessionOptions::from_metadata(request.metadata())?;
+        let options = SessionOptions::from_metadata(request.metadata());
         self.ingest(command, request.into_inner(), options).await
     }
 
@@ -109,7 +109,7 @@ impl FlightSqlService for LakeFlightSql {
         command: CommandPreparedStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let options = SessionOptions::from_metadata(request.metadata())?;
+        let options = SessionOptions::from_metadata(request.metadata());
         self.prepared_update(command, request.into_inner(), options)
             .await
     }
@@ -119,7 +119,7 @@ impl FlightSqlService for LakeFlightSql {
         query: ActionCreatePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        let options = SessionOptions::from_metadata(request.metadata())?;
+        let options = SessionOptions::from_metadata(request.metadata());
         self.prepare(query, &options).await
     }
 
@@ -146,9 +146,7 @@ impl FlightSqlService for LakeFlightSql {
                 action.r#type
             )));
         };
-        let reply = self.perform(custom, &action.body, || {
-            SessionOptions::from_metadata(request.metadata())
-        })?;
+        let reply = self.perform(custom, &action.body, request.metadata())?;
         let result = arrow_flight::Result {
             body: reply.body.into(),
         };
@@ -192,7 +190,7 @@ impl FlightSqlService for LakeFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let handle = self.handles.decode(&query.prepared_statement_handle)?;
-        let options = SessionOptions::from_metadata(request.metadata())?;
+        let options = SessionOptions::from_metadata(request.metadata());
         let info = self
             .statement_info(handle, request.into_inner(), options)
             .await?;
@@ -204,7 +202,7 @@ impl FlightSqlService for LakeFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Rows, Status> {
-        let options = SessionOptions::from_metadata(request.metadata())?;
+        let options = SessionOptions::from_metadata(request.metadata());
         self.fetch(&query.prepared_statement_handle, &options).await
     }
 

@@ -42,6 +42,9 @@ impl LakeFlightSql {
         descriptor: FlightDescriptor,
         options: SessionOptions,
     ) -> Result<FlightInfo, Status> {
+        // A prepared statement runs in the session it was prepared in.
+        let options = handle.options_or(options);
+        let handle = handle.in_session(&options);
         let (sql, params) = handle.clone().statement()?;
         // Planned in a task of its own: a write the client sent is done, whenever it gives up.
         let this = self.clone();
@@ -86,7 +89,7 @@ impl LakeFlightSql {
         handle: Handle,
         options: &SessionOptions,
     ) -> Result<SchemaRef, Status> {
-        let ctx = self.session(options).await?;
+        let ctx = self.session(&handle.options_or(options.clone())).await?;
         let (sql, params) = handle.statement()?;
         match self
             .governor
@@ -108,7 +111,7 @@ impl LakeFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<SchemaResult, Status> {
         use arrow_flight::sql::{Any, Command};
-        let options = SessionOptions::from_metadata(request.metadata())?;
+        let options = SessionOptions::from_metadata(request.metadata());
         let any = Any::decode(&*request.get_ref().cmd).map_err(|e| {
             Status::invalid_argument(format!("GetSchema needs a Flight SQL command: {e}"))
         })?;
@@ -156,8 +159,8 @@ impl LakeFlightSql {
         handle: Handle,
         options: &SessionOptions,
     ) -> Result<(SessionContext, LogicalPlan), Status> {
+        let ctx = self.session(&handle.options_or(options.clone())).await?;
         let (sql, params) = handle.statement()?;
-        let ctx = self.session(options).await?;
         match sql::plan(&ctx, &sql, params).await? {
             Planned::Read(plan) => Ok((ctx, plan)),
             Planned::Write(_) => Err(Status::invalid_argument(
@@ -196,7 +199,10 @@ impl LakeFlightSql {
             .try_into()
             .map_err(|e: arrow::error::ArrowError| Status::internal(e.to_string()))?;
         Ok(ActionCreatePreparedStatementResult {
-            prepared_statement_handle: self.handles.encode(&Handle::Sql(query.query)).into(),
+            prepared_statement_handle: self
+                .handles
+                .encode(&Handle::Sql(query.query).in_session(options))
+                .into(),
             dataset_schema,
             parameter_schema: super::bind::schema_bytes(parameters)?,
         })
@@ -208,18 +214,19 @@ impl LakeFlightSql {
         query: CommandPreparedStatementQuery,
         data: PeekableFlightDataStream,
     ) -> Result<Handle, Status> {
-        let (sql, _) = self
-            .handles
-            .decode(&query.prepared_statement_handle)?
-            .statement()?;
+        let prepared = self.handles.decode(&query.prepared_statement_handle)?;
+        // The bound handle keeps the session the statement was prepared in.
+        let options = prepared.options().unwrap_or_default();
+        let (sql, _) = prepared.statement()?;
         let batches = super::update::parameters(data, MAX_PARAMS_BYTES).await?;
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
         match (rows, batches.into_iter().find(|b| b.num_rows() > 0)) {
-            (0, _) | (_, None) => Ok(Handle::Sql(sql)),
+            (0, _) | (_, None) => Ok(Handle::Sql(sql).in_session(&options)),
             (1, Some(batch)) => Ok(Handle::Bound {
                 sql,
                 params: params_to_ipc(&batch)?,
-            }),
+            }
+            .in_session(&options)),
             (n, _) => Err(Status::invalid_argument(format!(
                 "a query binds one row of parameters, got {n}"
             ))),

@@ -163,10 +163,10 @@ impl LakeFlightSql {
         self.writer()?;
         let bound = parameters(data, MAX_BATCH_PARAMS_BYTES).await?;
         let rows = super::bind::rows_of(&bound)?;
-        let (sql, params) = self
-            .handles
-            .decode(&command.prepared_statement_handle)?
-            .statement()?;
+        let prepared = self.handles.decode(&command.prepared_statement_handle)?;
+        // A prepared statement runs in the session it was prepared in.
+        let options = prepared.options_or(options);
+        let (sql, params) = prepared.statement()?;
         let this = self.clone();
         detached(
             "update",

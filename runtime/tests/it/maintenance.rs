@@ -1075,3 +1075,102 @@ fn lake_runtime_now_ms() -> i64 {
         .unwrap()
         .as_millis() as i64
 }
+
+/// The largest `name=<count>` metric of an `EXPLAIN ANALYZE`'s scan nodes (Lance reads a point
+/// query in two: the filter's column of every fragment, then the other columns of the matches).
+fn metric(explained: &str, name: &str) -> u64 {
+    explained
+        .split(&format!("{name}="))
+        .skip(1)
+        .map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{name}: {rest:.40}"))
+        })
+        .sum()
+}
+
+/// A point query's cost after many single-row commits, and what makes it independent of them
+/// (issue 31 item 7; the times are `bench/run maintenance`'s). Opening the latest version is
+/// one manifest-store lookup whatever the commit count; what grows is the scan: Lance reads each
+/// commit's fragment (without column statistics it cannot skip one), so a point query reads as
+/// many fragments as there were commits. One maintenance pass compacts them, after which the
+/// query reads exactly what it reads of the same rows written in one commit.
+#[test]
+fn reads_do_not_slow_with_commit_count() {
+    const COMMITS: i64 = 100;
+    let lake = LocalLake::start();
+    let ok = |endpoint: &str, sql: &str| {
+        let (ok, out, err) = lake_sql(endpoint, sql);
+        assert!(ok, "{sql}: {out}{err}");
+        out
+    };
+    ok(&lake.metadata, "CREATE SCHEMA b");
+    ok(
+        &lake.metadata,
+        "CREATE TABLE b.small (id BIGINT, name VARCHAR)",
+    );
+    ok(
+        &lake.metadata,
+        "CREATE TABLE b.bulk (id BIGINT, name VARCHAR)",
+    );
+    for id in 0..COMMITS {
+        ok(
+            &lake.metadata,
+            &format!("INSERT INTO b.small VALUES ({id}, 'row {id}')"),
+        );
+    }
+    let all: Vec<String> = (0..COMMITS)
+        .map(|id| format!("({id}, 'row {id}')"))
+        .collect();
+    ok(
+        &lake.metadata,
+        &format!("INSERT INTO b.bulk VALUES {}", all.join(", ")),
+    );
+    let point = |lake: &LocalLake, table: &str| {
+        let explained = ok(
+            &lake.query,
+            &format!("EXPLAIN ANALYZE SELECT * FROM b.{table} WHERE id = 42"),
+        );
+        (
+            metric(&explained, "fragments_scanned"),
+            metric(&explained, "iops"),
+        )
+    };
+    // One statement's rows: a fragment per partition of its plan, one or two here.
+    let (bulk_fragments, bulk_reads) = point(&lake, "bulk");
+    assert!(
+        bulk_fragments <= 2,
+        "the rows written at once: {bulk_fragments} fragments"
+    );
+    let (fragments, reads) = point(&lake, "small");
+    assert!(
+        fragments >= COMMITS as u64,
+        "a fragment per commit is read: {fragments}"
+    );
+    assert!(
+        reads >= COMMITS as u64,
+        "at least a read per fragment: {reads}"
+    );
+
+    let dir = lake.stop();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+        .args(["maintain", "--data"])
+        .arg(dir.path())
+        .args(["--retention-seconds", "0", "--grace-seconds", "0"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lake = LocalLake::start_in(dir, &[]);
+    let (fragments, reads) = point(&lake, "small");
+    assert!(
+        fragments <= bulk_fragments && reads <= bulk_reads,
+        "after one pass, the point query reads {fragments} fragments in {reads} reads; of one \
+         statement's rows, {bulk_fragments} in {bulk_reads}"
+    );
+}

@@ -118,6 +118,16 @@ info = elsewhere.get_flight_info(
 )
 table = elsewhere.do_get(info.endpoints[0].ticket, options).read_all()
 check("the other endpoint resolves the cookie's schema", table.column("n").to_pylist() == [2], table)
+# A ticket carries the session it was issued in: redeemed again (its kept plan is gone after the
+# first DoGet, so it is planned again) without any cookie, it still reads the session's t.
+with_cookie = flight.FlightCallOptions(headers=[(b"cookie", cookie.encode())])
+info = client.get_flight_info(
+    flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, "SELECT count(*) AS n FROM t"))),
+    with_cookie,
+)
+first = client.do_get(info.endpoints[0].ticket, with_cookie).read_all()
+again = flight.FlightClient(QUERY).do_get(info.endpoints[0].ticket).read_all()
+check("a ticket redeemed again without the cookie keeps its session", again.equals(first), (first, again))
 closed = list(client.do_action(flight.Action("CloseSession", b"")))
 check("CloseSession clears the cookie", any("Max-Age=0" in c for c in jar.cookies), jar.cookies)
 print(f"{passed} passed, 0 failed")

@@ -105,10 +105,7 @@ impl TableProvider for NearestTable {
         // At least this many partitions; more when the WHERE clause leaves fewer than k rows
         // in them (a fixed count could answer a selective search with nothing).
         scanner.minimum_nprobes(settings.nprobes.max(1));
-        // At most MAX_CANDIDATES candidates, whatever the session's refine factor.
-        let most =
-            u32::try_from(super::functions::MAX_CANDIDATES / self.k.max(1)).unwrap_or(u32::MAX);
-        let refine = settings.refine_factor.min(most);
+        let refine = settings::capped_refine(settings.refine_factor, self.k);
         if refine > 1 {
             scanner.refine(refine);
         }

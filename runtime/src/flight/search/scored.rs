@@ -142,7 +142,10 @@ impl TableProvider for ScoredTable {
                 // `ORDER BY <distance> LIMIT k`).
                 let settings = super::settings::vector(state.config_options());
                 scanner.minimum_nprobes(nprobes.unwrap_or(settings.nprobes).max(1));
-                let refine = refine_factor.unwrap_or(settings.refine_factor);
+                let refine = super::settings::capped_refine(
+                    refine_factor.unwrap_or(settings.refine_factor),
+                    *k,
+                );
                 if refine > 1 {
                     scanner.refine(refine);
                 }

@@ -76,6 +76,14 @@ pub(in crate::flight) fn check(name: &str, value: &str) -> Result<String, Settin
     Ok(value.trim().to_owned())
 }
 
+/// The refine factor a search of `k` rows uses: `refine`, but never more than
+/// [`MAX_CANDIDATES`](super::functions::MAX_CANDIDATES) candidates (Lance holds them, vectors
+/// included, outside the statement's memory pool), whichever setting or option asked for it.
+pub(super) fn capped_refine(refine: u32, k: usize) -> u32 {
+    let most = super::functions::MAX_CANDIDATES / k.max(1);
+    refine.min(u32::try_from(most).unwrap_or(u32::MAX))
+}
+
 /// The vector settings of `options` (the defaults where lake's are not registered).
 pub(in crate::flight) fn vector(options: &datafusion::config::ConfigOptions) -> VectorSettings {
     options
@@ -102,6 +110,13 @@ mod tests {
         assert!(!settings.use_index);
         assert_eq!(settings.nprobes, 64);
         assert!(options.set("lake.vector.nope", "1").is_err());
+    }
+
+    #[test]
+    fn candidates_stay_within_the_cap() {
+        assert_eq!(capped_refine(100, 10_000), 10);
+        assert_eq!(capped_refine(100, 10), 100);
+        assert_eq!(capped_refine(7, 0), 7);
     }
 
     #[test]

@@ -3,19 +3,18 @@
 use super::*;
 use datafusion::prelude::SessionContext;
 
-async fn insert_input(sql: &str) -> LogicalPlan {
+/// The input of `sql` (an `INSERT`'s rows; any other plan as it is) after `ddl` made its table.
+async fn planned_after(ddl: &str, sql: &str) -> LogicalPlan {
     let ctx = SessionContext::new();
-    ctx.sql("CREATE TABLE t (id BIGINT, name VARCHAR)")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    let plan = ctx.state().create_logical_plan(sql).await.unwrap();
-    match plan {
+    ctx.sql(ddl).await.unwrap().collect().await.unwrap();
+    match ctx.state().create_logical_plan(sql).await.unwrap() {
         LogicalPlan::Dml(dml) => dml.input.as_ref().clone(),
-        other => panic!("not an insert: {other}"),
+        other => other,
     }
+}
+
+async fn insert_input(sql: &str) -> LogicalPlan {
+    planned_after("CREATE TABLE t (id BIGINT, name VARCHAR)", sql).await
 }
 
 fn row(id: i64, name: Option<&str>) -> Vec<ScalarValue> {
@@ -235,18 +234,8 @@ async fn a_searchs_query_vector_is_a_list_of_the_columns_element_type() {
 }
 
 async fn typed_input(sql: &str) -> LogicalPlan {
-    let ctx = SessionContext::new();
-    ctx.sql("CREATE TABLE n (i INT, s SMALLINT, r REAL, d DATE, at TIMESTAMP)")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    let plan = ctx.state().create_logical_plan(sql).await.unwrap();
-    match plan {
-        LogicalPlan::Dml(dml) => dml.input.as_ref().clone(),
-        other => other,
-    }
+    let ddl = "CREATE TABLE n (i INT, s SMALLINT, r REAL, d DATE, at TIMESTAMP)";
+    planned_after(ddl, sql).await
 }
 
 /// Go's `database/sql` sends every integer as int64 and every float as float64, and arrow-go's

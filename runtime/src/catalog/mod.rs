@@ -69,6 +69,12 @@ fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
+/// The namespace attribute that marks a drop under way (its time, ms since the epoch).
+const DROPPING: &str = "dropping_ms";
+/// A drop mark older than this is a drop that died between its steps (a drop's steps take
+/// moments: a listing of an empty namespace and a delete).
+const STALE_DROP_MS: i64 = 5 * 60 * 1000;
+
 fn ns_key(ns: &NamespaceName) -> Key {
     Key::new(NAMESPACES, SortKey::S(ns.to_string()))
 }
@@ -113,8 +119,43 @@ impl Registry {
             .collect()
     }
 
+    /// Removes an empty namespace, isolated from a concurrent [`Self::create_table`] in it:
+    /// the namespace is first marked as being dropped, then its tables are listed. A create
+    /// registers its table, then reads the namespace (withdrawing if it is marked or gone).
+    /// Each side writes before it reads, so one of them sees the other: either the create
+    /// withdraws, or this drop lists its table and refuses. Never a table under a removed
+    /// namespace.
     pub async fn drop_namespace(&self, ns: &NamespaceName) -> Result<(), CatalogError> {
+        self.mark_dropping(ns).await?;
+        self.finish_drop(ns).await
+    }
+
+    /// The first step of a drop: the namespace marked (a create sees it and withdraws).
+    async fn mark_dropping(&self, ns: &NamespaceName) -> Result<(), CatalogError> {
+        let item = self
+            .kv
+            .get(&ns_key(ns))
+            .await?
+            .ok_or_else(|| CatalogError::NoSuchNamespace(ns.clone()))?;
+        let marked = item.with(DROPPING, Value::N(now_ms()));
+        match self.kv.put(&marked, Condition::Exists).await {
+            Err(StoreError::ConditionFailed { .. }) => {
+                Err(CatalogError::NoSuchNamespace(ns.clone()))
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// The second step: removed if it holds no table; unmarked and refused if it does.
+    async fn finish_drop(&self, ns: &NamespaceName) -> Result<(), CatalogError> {
         if !self.list_tables(ns).await?.is_empty() {
+            if let Some(mut item) = self.kv.get(&ns_key(ns)).await? {
+                item.attributes.remove(DROPPING);
+                match self.kv.put(&item, Condition::Exists).await {
+                    Err(StoreError::ConditionFailed { .. }) | Ok(()) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
             return Err(CatalogError::NamespaceNotEmpty(ns.clone()));
         }
         match self.kv.delete(&ns_key(ns), Condition::Exists).await {
@@ -125,9 +166,27 @@ impl Registry {
         }
     }
 
-    /// Registers a table; its namespace must exist.
+    /// Whether the namespace takes new tables: it exists, and no drop of it is under way (a
+    /// mark older than [`STALE_DROP_MS`] is a drop that died half-way, and is ignored).
+    async fn open_for_tables(&self, ns: &NamespaceName) -> Result<bool, CatalogError> {
+        Ok(match self.kv.get(&ns_key(ns)).await? {
+            None => false,
+            Some(item) => item
+                .number(DROPPING)
+                .is_none_or(|marked| now_ms().saturating_sub(marked) > STALE_DROP_MS),
+        })
+    }
+
+    /// Registers a table; its namespace must exist, and not be being dropped (see
+    /// [`Self::drop_namespace`]).
     pub async fn create_table(&self, entry: &TableEntry) -> Result<(), CatalogError> {
-        if !self.namespace_exists(&entry.namespace).await? {
+        self.register_table(entry).await?;
+        self.confirm_table(entry).await
+    }
+
+    /// The first step of a create: the table's record written, if its namespace is open.
+    async fn register_table(&self, entry: &TableEntry) -> Result<(), CatalogError> {
+        if !self.open_for_tables(&entry.namespace).await? {
             return Err(CatalogError::NoSuchNamespace(entry.namespace.clone()));
         }
         let item = item_from(entry);
@@ -138,6 +197,15 @@ impl Registry {
             )),
             other => Ok(other?),
         }
+    }
+
+    /// The second step: the namespace read again; the record withdrawn if a drop began.
+    async fn confirm_table(&self, entry: &TableEntry) -> Result<(), CatalogError> {
+        if self.open_for_tables(&entry.namespace).await? {
+            return Ok(());
+        }
+        self.drop_table(&entry.namespace, &entry.name).await?;
+        Err(CatalogError::NoSuchNamespace(entry.namespace.clone()))
     }
 
     /// Replaces an existing table's record (schema or properties changed).
@@ -258,5 +326,68 @@ pub fn new_entry(
         properties: serde_json::Map::new(),
         created_ms: now,
         updated_ms: now,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EmbeddedStore;
+
+    fn registry(dir: &tempfile::TempDir) -> Registry {
+        let kv = EmbeddedStore::open(&dir.path().join("r.redb"), true).unwrap();
+        Registry { kv: Arc::new(kv) }
+    }
+
+    fn entry(ns: &NamespaceName, name: &str) -> TableEntry {
+        new_entry(
+            ns.clone(),
+            TableName::parse(name).unwrap(),
+            format!("/nowhere/{ns}/{name}.lance"),
+            Arc::new(Schema::empty()),
+        )
+    }
+
+    /// The two interleavings of a create racing a drop (each side writes, then reads): the
+    /// create's read after the drop's mark withdraws the table; the drop's listing after the
+    /// create's record refuses the drop. Never a table left under a removed namespace.
+    #[tokio::test]
+    async fn a_drop_and_a_create_in_the_namespace_never_leave_a_stray_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = registry(&dir);
+        let ns = NamespaceName::parse("s").unwrap();
+
+        registry.create_namespace(&ns).await.unwrap();
+        let t = entry(&ns, "t");
+        registry.register_table(&t).await.unwrap();
+        registry.mark_dropping(&ns).await.unwrap();
+        assert!(matches!(
+            registry.confirm_table(&t).await,
+            Err(CatalogError::NoSuchNamespace(_))
+        ));
+        registry.finish_drop(&ns).await.unwrap();
+        assert!(!registry.namespace_exists(&ns).await.unwrap());
+        assert!(registry.list_tables(&ns).await.unwrap().is_empty());
+
+        registry.create_namespace(&ns).await.unwrap();
+        registry.register_table(&t).await.unwrap();
+        registry.confirm_table(&t).await.unwrap();
+        registry.mark_dropping(&ns).await.unwrap();
+        assert!(matches!(
+            registry.finish_drop(&ns).await,
+            Err(CatalogError::NamespaceNotEmpty(_))
+        ));
+        // Refused and unmarked: the namespace takes tables again.
+        registry.create_table(&entry(&ns, "u")).await.unwrap();
+        assert_eq!(registry.list_tables(&ns).await.unwrap().len(), 2);
+
+        // While a drop is under way, a create is refused outright.
+        let other = NamespaceName::parse("o").unwrap();
+        registry.create_namespace(&other).await.unwrap();
+        registry.mark_dropping(&other).await.unwrap();
+        assert!(matches!(
+            registry.create_table(&entry(&other, "t")).await,
+            Err(CatalogError::NoSuchNamespace(_))
+        ));
     }
 }

@@ -51,9 +51,8 @@ impl MetadataContext {
     /// (data first, then the registration), and the namespace last, so a failure part-way
     /// leaves a schema that can be dropped again; without it, a schema holding tables is
     /// refused, naming them. With `if_exists`, a schema that does not exist is no error.
-    /// Not isolated from a concurrent `CREATE TABLE` in the schema (the registry checks the
-    /// namespace, then writes the table): one that lands after the namespace is removed is
-    /// left registered under it.
+    /// Isolated from a concurrent `CREATE TABLE` in the schema by the registry (see
+    /// `Registry::drop_namespace`): the create fails, or the drop does, naming the table.
     pub async fn drop_namespace(
         &self,
         namespace: &NamespaceName,

@@ -685,6 +685,17 @@ print(json.dumps([[i, s] for i, s in zip(table["id"].to_pylist(), table["_score"
             "{kind}"
         );
     }
+    // A query that would enumerate the vocabulary is refused before Lance runs it.
+    let fuzzy = r#"'{"match": {"column": "body", "terms": "fish", "fuzziness": 9}}'"#;
+    let (okay, out, err) = lake_sql(
+        &lake.query,
+        &format!("SELECT id FROM fts('s.docs', {fuzzy}) LIMIT 5"),
+    );
+    assert!(!okay, "{out}");
+    assert!(
+        err.contains("InvalidArgument") && err.contains("fuzziness is at most 2"),
+        "{err}"
+    );
 }
 
 /// With distributed query on (every statement planned for 2 workers), a search served by an

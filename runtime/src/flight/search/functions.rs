@@ -25,6 +25,7 @@ use datafusion::sql::sqlparser::ast::{
     FunctionArg, FunctionArgExpr, TableFactor, Value, Visit, Visitor,
 };
 use lance_index::scalar::FullTextSearchQuery;
+use lance_index::scalar::inverted::query::{FtsQuery, MatchQuery};
 use lance_linalg::distance::DistanceType;
 use tonic::Status;
 
@@ -240,6 +241,56 @@ impl TableFunctionImpl for VectorSearch {
     }
 }
 
+/// The most queries one FTS query may combine, and what each may ask of Lance: fuzzy matching
+/// beyond two edits, or thousands of expansions per term, makes one statement enumerate much of
+/// the index's vocabulary.
+const MAX_FTS_CLAUSES: usize = 64;
+const MAX_FUZZINESS: u32 = 2;
+const MAX_EXPANSIONS: usize = 1_000;
+const MAX_SLOP: u32 = 100;
+
+/// Refuses an FTS query beyond [`MAX_FTS_CLAUSES`] clauses or the per-clause bounds.
+fn bounded_fts(query: &FtsQuery) -> std::result::Result<(), String> {
+    fn walk(query: &FtsQuery, clauses: &mut usize) -> std::result::Result<(), String> {
+        *clauses += 1;
+        if *clauses > MAX_FTS_CLAUSES {
+            return Err(format!("more than {MAX_FTS_CLAUSES} clauses"));
+        }
+        let one_match = |m: &MatchQuery| {
+            if m.fuzziness.is_some_and(|f| f > MAX_FUZZINESS) {
+                return Err(format!("fuzziness is at most {MAX_FUZZINESS}"));
+            }
+            if m.max_expansions > MAX_EXPANSIONS {
+                return Err(format!("max_expansions is at most {MAX_EXPANSIONS}"));
+            }
+            Ok(())
+        };
+        match query {
+            FtsQuery::Match(m) => one_match(m),
+            FtsQuery::Phrase(p) if p.slop > MAX_SLOP => Err(format!("slop is at most {MAX_SLOP}")),
+            FtsQuery::Phrase(_) | FtsQuery::CombinedFields(_) => Ok(()),
+            FtsQuery::Boost(b) => {
+                walk(&b.positive, clauses)?;
+                walk(&b.negative, clauses)
+            }
+            FtsQuery::MultiMatch(m) => {
+                *clauses += m.match_queries.len();
+                if *clauses > MAX_FTS_CLAUSES {
+                    return Err(format!("more than {MAX_FTS_CLAUSES} clauses"));
+                }
+                m.match_queries.iter().try_for_each(one_match)
+            }
+            FtsQuery::Boolean(b) => b
+                .should
+                .iter()
+                .chain(&b.must)
+                .chain(&b.must_not)
+                .try_for_each(|q| walk(q, clauses)),
+        }
+    }
+    walk(query, &mut 0)
+}
+
 impl TableFunctionImpl for FullText {
     fn call_with_args(&self, args: TableFunctionArgs<'_, '_>) -> Result<Arc<dyn TableProvider>> {
         let exprs = args.exprs();
@@ -250,6 +301,8 @@ impl TableFunctionImpl for FullText {
         let text = string(FTS, "the query (Lance's FTS JSON, or words)", exprs.get(1))?;
         let query = if text.trim_start().starts_with('{') {
             let parsed = lance_index::scalar::inverted::parser::from_json(&text)
+                .map_err(|e| DataFusionError::Plan(format!("fts: the query: {e}")))?;
+            bounded_fts(&parsed)
                 .map_err(|e| DataFusionError::Plan(format!("fts: the query: {e}")))?;
             FullTextSearchQuery::new_query(parsed)
         } else {
@@ -305,6 +358,38 @@ impl Options {
             }
         }
         Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod fts_bounds {
+    use super::*;
+
+    fn parsed(json: &str) -> FtsQuery {
+        lance_index::scalar::inverted::parser::from_json(json).unwrap()
+    }
+
+    #[test]
+    fn an_fts_query_is_bounded() {
+        assert!(bounded_fts(&parsed(r#"{"match": {"column": "t", "terms": "tea"}}"#)).is_ok());
+        let fuzzy = r#"{"match": {"column": "t", "terms": "tea", "fuzziness": 9}}"#;
+        assert!(
+            bounded_fts(&parsed(fuzzy))
+                .unwrap_err()
+                .contains("fuzziness")
+        );
+        let expanding = r#"{"match": {"column": "t", "terms": "tea", "max_expansions": 100000}}"#;
+        assert!(
+            bounded_fts(&parsed(expanding))
+                .unwrap_err()
+                .contains("max_expansions")
+        );
+        let clause = r#"{"match": {"column": "t", "terms": "tea"}}"#;
+        let many = format!(
+            r#"{{"boolean": {{"should": [{}]}}}}"#,
+            vec![clause; 100].join(",")
+        );
+        assert!(bounded_fts(&parsed(&many)).unwrap_err().contains("clauses"));
     }
 }
 

@@ -98,8 +98,25 @@ impl LakeFlightSql {
         let batches = self
             .governor
             .until(deadline, async {
-                let frame = ctx.execute_logical_plan(plan).await.map_err(sql::status)?;
-                frame.execute_stream().await.map_err(sql::status)
+                // One copy of the session's state for the whole statement (each copy clones
+                // its function registries).
+                let mut state = ctx.state();
+                let optimized = state.optimize(&plan).map_err(sql::status)?;
+                // A statement that only reads k rows from vector indices runs in one
+                // partition: spreading k rows over workers costs more hand-offs than it saves.
+                if super::search::reads_only_indexed_searches(&optimized)
+                    .await
+                    .map_err(sql::status)?
+                {
+                    state.config_mut().options_mut().execution.target_partitions = 1;
+                }
+                let physical = state
+                    .query_planner()
+                    .create_physical_plan(&optimized, &state)
+                    .await
+                    .map_err(sql::status)?;
+                let task = Arc::new(datafusion::execution::TaskContext::from(&state));
+                datafusion::physical_plan::execute_stream(physical, task).map_err(sql::status)
             })
             .await?;
         let target = schema.clone();

@@ -191,6 +191,10 @@ async fn vector_search_uses_the_index() {
     );
     let plan = physical_plan(&client, &search).await;
     assert!(uses_an_index(&plan), "{plan}");
+    // k rows from an index run in one partition: nothing dealt out to workers and merged back.
+    for spread in ["RepartitionExec", "SortPreservingMergeExec"] {
+        assert!(!plan.contains(spread), "{plan}");
+    }
     // The forms a search takes: the distance named in the select list, an alias, OFFSET, a
     // WHERE clause, the literal first.
     for served in [

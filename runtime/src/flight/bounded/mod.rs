@@ -28,6 +28,7 @@ use arrow::datatypes::{DataType, FieldRef, IntervalUnit, TimeUnit};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool};
 use datafusion::logical_expr::expr::{Cast, ScalarFunction, TryCast};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
@@ -371,7 +372,8 @@ fn growth_of(udf: &ScalarUDF) -> Option<Growth> {
 
 /// The statement of `ctx` runs again from now: its functions' time counts to `deadline`.
 pub(super) fn rearm(ctx: &SessionContext, deadline: Instant) {
-    if let Some(budget) = ctx.state().config().get_extension::<Budget>() {
+    // Read in place: `ctx.state()` would copy the session's function registries.
+    if let Some(budget) = ctx.state_ref().read().config().get_extension::<Budget>() {
         budget.rearm(deadline);
     }
 }
@@ -379,7 +381,7 @@ pub(super) fn rearm(ctx: &SessionContext, deadline: Instant) {
 /// The statement of `ctx` is a write, admitted: it runs to completion, its functions with no
 /// deadline (a DELETE's search keeps its own).
 pub(super) fn run_to_completion(ctx: &SessionContext) {
-    if let Some(budget) = ctx.state().config().get_extension::<Budget>() {
+    if let Some(budget) = ctx.state_ref().read().config().get_extension::<Budget>() {
         budget.deadline.lift();
     }
 }
@@ -396,6 +398,24 @@ pub(super) fn register(ctx: &SessionContext, budget: &Budget) {
     }
     ctx.add_analyzer_rule(Arc::new(CountEveryFunction(budget.clone())));
     ctx.add_optimizer_rule(Arc::new(CountEveryFunction(budget.clone())));
+}
+
+/// What [`register`] does, while a session is built: each scalar function `builder` holds
+/// counted against `budget` (wrapped once, instead of registered and then replaced), and the
+/// rules that count the calls the planner builds.
+pub(in crate::flight) fn counted_session(
+    builder: SessionStateBuilder,
+    budget: &Budget,
+) -> SessionStateBuilder {
+    let mut builder = builder
+        .with_analyzer_rule(Arc::new(CountEveryFunction(budget.clone())))
+        .with_optimizer_rule(Arc::new(CountEveryFunction(budget.clone())));
+    if let Some(functions) = builder.scalar_functions() {
+        for function in functions.iter_mut() {
+            *function = Arc::new(counted(function.clone(), budget));
+        }
+    }
+    builder
 }
 
 /// What [`register`] does, and lake's own functions, for a distributed query's worker: it

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use arrow::array::ArrayRef;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
+use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableType};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
@@ -31,6 +33,8 @@ pub(super) struct NearestTable {
     query: ArrayRef,
     k: usize,
     metric: DistanceType,
+    /// Whether an index with the metric serves the search, once asked.
+    indexed: tokio::sync::OnceCell<bool>,
 }
 
 impl NearestTable {
@@ -47,7 +51,17 @@ impl NearestTable {
             query,
             k,
             metric,
+            indexed: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Whether the table has a vector index on the column with the search's metric (asked of
+    /// Lance once per statement).
+    async fn indexed(&self, dataset: &Dataset) -> Result<bool> {
+        self.indexed
+            .get_or_try_init(|| has_vector_index(dataset, &self.column, self.metric))
+            .await
+            .copied()
     }
 
     fn dataset(&self) -> Option<Arc<Dataset>> {
@@ -78,7 +92,7 @@ impl TableProvider for NearestTable {
         };
         // No index with this metric (or none yet): the plain scan, under the statement's
         // exact top-k.
-        if !has_vector_index(&dataset, &self.column, self.metric).await? {
+        if !self.indexed(&dataset).await? {
             return self.table.scan(state, projection, filters, limit).await;
         }
         let settings = settings::vector(state.config_options());
@@ -122,6 +136,38 @@ impl TableProvider for NearestTable {
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         self.table.supports_filters_pushdown(filters)
     }
+}
+
+/// Whether every table `plan` reads (its subqueries' too) is a k-row search an index serves:
+/// such a statement handles at most k rows per search.
+pub(in crate::flight) async fn reads_only_indexed_searches(plan: &LogicalPlan) -> Result<bool> {
+    let mut scans = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            // A source that is no provider (a view's) is not a search.
+            scans.push(source_as_provider(&scan.source).ok());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if scans.is_empty() {
+        return Ok(false);
+    }
+    for provider in scans {
+        let Some(provider) = provider else {
+            return Ok(false);
+        };
+        let any: &dyn std::any::Any = provider.as_ref();
+        let Some(search) = any.downcast_ref::<NearestTable>() else {
+            return Ok(false);
+        };
+        let Some(dataset) = search.dataset() else {
+            return Ok(false);
+        };
+        if !search.indexed(&dataset).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// `plan`'s columns `names`, in that order, whatever order Lance gives them in.

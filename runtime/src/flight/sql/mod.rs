@@ -210,7 +210,9 @@ fn relayed(text: &str) -> Option<(tonic::Code, String, bool)> {
 
 /// The schema the statement's session chose for unqualified table names (session options).
 pub(in crate::flight) fn chosen_schema(ctx: &SessionContext) -> Option<NamespaceName> {
-    ctx.state()
+    // Read in place: `ctx.state()` would copy the session's function registries.
+    ctx.state_ref()
+        .read()
         .config()
         .get_extension::<SessionOptions>()
         .and_then(|options| options.schema().cloned())

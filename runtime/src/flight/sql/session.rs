@@ -97,18 +97,19 @@ pub(crate) async fn session(
             .map_err(|e| Status::invalid_argument(format!("session setting {name}: {e}")))?;
     }
     let runtime = runtime_env(memory.clone(), disk).map_err(status)?;
-    let state = SessionStateBuilder::new()
+    let mut builder = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
         .with_optimizer_rule(Arc::new(NearestNeighbours))
         .with_physical_optimizer_rule(Arc::new(BoundRepetition))
-        .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator))
-        .build();
-    let ctx = SessionContext::new_with_state(state);
+        .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator));
     // `contains_tokens(col, 'words')`: a filter Lance answers from the column's inverted index.
-    ctx.register_udf(super::super::search::contains_tokens());
-    super::super::bounded::register(&ctx, &budget);
+    if let Some(functions) = builder.scalar_functions() {
+        functions.push(Arc::new(super::super::search::contains_tokens()));
+    }
+    let state = super::super::bounded::counted_session(builder, &budget).build();
+    let ctx = SessionContext::new_with_state(state);
     // Tables resolve when a statement names them; the warehouse is listed only for a
     // statement that enumerates it (see `plan`).
     ctx.register_catalog(CATALOG, Arc::new(LakeCatalog::unlisted(engine)));

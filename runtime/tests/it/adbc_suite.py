@@ -10,17 +10,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightsql_commands import command, pb_string
+from suite import check, done
 
 QUERY, METADATA = sys.argv[1], sys.argv[2]
-passed = 0
-
-
-def check(name, condition, detail=""):
-    global passed
-    if not condition:
-        raise AssertionError(f"{name}: {detail}")
-    passed += 1
-    print(f"ok {name}")
 
 
 def expect_error(name, cursor, sql, code, fragment):
@@ -218,4 +210,4 @@ except pa.ArrowNotImplementedError as e:
     check("unknown actions are UNIMPLEMENTED", "Reboot" in str(e), str(e))
 check("ListActions advertises CloseSession", "CloseSession" in [a.type for a in client.list_actions()])
 
-print(f"{passed} passed, 0 failed")
+done()

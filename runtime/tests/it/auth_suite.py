@@ -5,17 +5,9 @@ import sys
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
 import pyarrow.flight as flight
+from suite import check, done
 
 QUERY, TOKEN = sys.argv[1], sys.argv[2]
-passed = 0
-
-
-def check(name, condition, detail=""):
-    global passed
-    if not condition:
-        raise AssertionError(f"{name}: {detail}")
-    passed += 1
-    print(f"ok {name}")
 
 
 def refused(name, **kwargs):
@@ -49,4 +41,4 @@ check("pyarrow handshake returns a Bearer header", value == f"Bearer {TOKEN}".en
 options = flight.FlightCallOptions(headers=[(name, value)])
 check("pyarrow with the bearer header", len(client.list_actions(options)) > 0)
 
-print(f"{passed} passed, 0 failed")
+done()

@@ -16,17 +16,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightsql_commands import command, pb_string
+from suite import check, done
 
 QUERY, METADATA, DATA, OUTSIDE = sys.argv[1:5]
-passed = 0
-
-
-def check(name, condition, detail=""):
-    global passed
-    if not condition:
-        raise AssertionError(f"{name}: {detail}")
-    passed += 1
-    print(f"ok {name}")
 
 
 def refused(name, conn, sql, code, fragment=""):
@@ -213,4 +205,4 @@ check("EXPLAIN names no server path", DATA not in plan and "sales" in plan, plan
 analyzed = "\n".join(str(r) for r in rows(query, "EXPLAIN ANALYZE SELECT * FROM sales.orders"))
 check("EXPLAIN ANALYZE names no server path", DATA not in analyzed, analyzed)
 
-print(f"{passed} passed, 0 failed")
+done()

@@ -16,8 +16,8 @@ use lake_runtime::store::{EmbeddedStore, SortKey, query_all};
 use object_store::ObjectStoreExt;
 
 use crate::support::{
-    CloudLake, LocalLake, batch_named, lake_sql, local_plan, options, requests_of, schema, seed,
-    table,
+    CloudLake, LocalLake, batch_named, lake_sql, local_plan, maintain_now, options, requests_of,
+    schema, seed, table,
 };
 
 /// Everything old goes: no retention, no grace.
@@ -548,22 +548,13 @@ async fn maintain_command_runs_a_pass_and_removed_versions_are_not_found() {
         assert!(ok, "{statement}: {out}{err}");
     }
     // Served: the command refuses, naming why.
-    let maintain = |dir: &Path| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
-            .arg("maintain")
-            .arg("--data")
-            .arg(dir)
-            .args(["--retention-seconds", "0", "--grace-seconds", "0"])
-            .output()
-            .unwrap()
-    };
-    let refused = maintain(lake.dir.path());
+    let refused = maintain_now(lake.dir.path());
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("being served"), "{err}");
 
     let dir = lake.stop();
-    let ran = maintain(dir.path());
+    let ran = maintain_now(dir.path());
     let out = String::from_utf8_lossy(&ran.stdout);
     assert!(
         ran.status.success(),
@@ -581,7 +572,7 @@ async fn maintain_command_runs_a_pass_and_removed_versions_are_not_found() {
     assert!(err.contains("NotFound:"), "not a NOT_FOUND status: {err}");
     assert!(err.contains("retention"), "{err}");
     let not_a_lake = tempfile::tempdir().unwrap();
-    let refused = maintain(not_a_lake.path());
+    let refused = maintain_now(not_a_lake.path());
     assert!(!refused.status.success());
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("not a lake data directory"),
@@ -1155,12 +1146,7 @@ fn reads_do_not_slow_with_commit_count() {
     );
 
     let dir = lake.stop();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
-        .args(["maintain", "--data"])
-        .arg(dir.path())
-        .args(["--retention-seconds", "0", "--grace-seconds", "0"])
-        .output()
-        .unwrap();
+    let out = maintain_now(dir.path());
     assert!(
         out.status.success(),
         "{}",

@@ -8,7 +8,7 @@ use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use lake_client::{IngestMode, LakeClient};
 
-use crate::support::{LocalLake, lake_sql};
+use crate::support::{LocalLake, lake_sql, maintain_now};
 
 fn ok(endpoint: &str, statement: &str) -> String {
     let (ok, out, err) = lake_sql(endpoint, statement);
@@ -135,13 +135,7 @@ async fn restore_table_to_version() {
 
     // Retention removed the old versions: they cannot be restored, and the error says why.
     let dir = lake.stop();
-    let maintained = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
-        .arg("maintain")
-        .arg("--data")
-        .arg(dir.path())
-        .args(["--retention-seconds", "0", "--grace-seconds", "0"])
-        .output()
-        .unwrap();
+    let maintained = maintain_now(dir.path());
     assert!(
         maintained.status.success(),
         "{}",

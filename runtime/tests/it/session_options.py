@@ -13,20 +13,12 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flightsql_commands import command, pb_string
+from suite import check, done
 
 QUERY, METADATA = sys.argv[1], sys.argv[2]
 NS = f"sess_{time.time_ns()}"
 # ADBC drops cookies unless asked to keep them.
 COOKIES = {"adbc.flight.sql.rpc.with_cookie_middleware": "true"}
-passed = 0
-
-
-def check(name, condition, detail=""):
-    global passed
-    if not condition:
-        raise AssertionError(f"{name}: {detail}")
-    passed += 1
-    print(f"ok {name}")
 
 
 def rows(conn, sql):
@@ -130,4 +122,4 @@ again = flight.FlightClient(QUERY).do_get(info.endpoints[0].ticket).read_all()
 check("a ticket redeemed again without the cookie keeps its session", again.equals(first), (first, again))
 closed = list(client.do_action(flight.Action("CloseSession", b"")))
 check("CloseSession clears the cookie", any("Max-Age=0" in c for c in jar.cookies), jar.cookies)
-print(f"{passed} passed, 0 failed")
+done()

@@ -548,6 +548,17 @@ pub(crate) fn exited_within(
     Some(child.wait_with_output().unwrap())
 }
 
+/// `lake maintain` on the stopped lake in `dir`, keeping no old version and no grace period.
+pub(crate) fn maintain_now(dir: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lake"))
+        .arg("maintain")
+        .arg("--data")
+        .arg(dir)
+        .args(["--retention-seconds", "0", "--grace-seconds", "0"])
+        .output()
+        .unwrap()
+}
+
 /// `lake sql` against `endpoint`: (succeeded, stdout, stderr).
 pub(crate) fn lake_sql(endpoint: &str, statement: &str) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lake"))

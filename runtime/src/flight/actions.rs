@@ -47,9 +47,9 @@ impl CustomAction {
     fn description(self) -> &'static str {
         match self {
             Self::SetSessionOptions => {
-                "Set the session's schema (option \"schema\"; \"catalog\" is always lake), carried in a cookie"
+                "Set the session's schema (option \"schema\"; \"catalog\" is always lake) and lake.* settings, carried in cookies"
             }
-            Self::GetSessionOptions => "The session's catalog and schema",
+            Self::GetSessionOptions => "The session's catalog, schema and lake.* settings",
             Self::CloseSession => "Close the session: its options are forgotten",
             Self::DescribeStage => {
                 "The managed stage's location as a versioned JSON descriptor (never a credential)"

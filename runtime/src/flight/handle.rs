@@ -41,9 +41,9 @@ pub(super) enum Handle {
         id: u64,
         statement: Box<Handle>,
     },
-    /// A statement issued in a session with options (`options.rs`), as that session's cookie
-    /// header: planned again under them whatever cookies a later call (a DoGet on another
-    /// replica, after the kept plan expired) brings.
+    /// A statement with the session options (`options.rs`) it was issued in, as that session's
+    /// cookie header (empty: the defaults): planned again under them whatever cookies a later
+    /// call (a DoGet after the kept plan expired, an execution after SetSessionOptions) brings.
     InSession {
         options: String,
         statement: Box<Handle>,
@@ -66,9 +66,10 @@ impl Handle {
         self.options().unwrap_or(call)
     }
 
-    /// This handle, carrying `options` if it carries none yet and they are not the defaults.
+    /// This handle, carrying `options` if it carries none yet — the defaults too: a statement
+    /// prepared before SetSessionOptions chose a schema still reads the tables it described.
     pub(super) fn in_session(self, options: &SessionOptions) -> Handle {
-        if self.options().is_some() || *options == SessionOptions::default() {
+        if self.options().is_some() {
             return self;
         }
         Handle::InSession {
@@ -191,6 +192,8 @@ mod tests {
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
 
+    use tonic::metadata::MetadataMap;
+
     use super::*;
 
     fn row(n: usize) -> RecordBatch {
@@ -248,6 +251,18 @@ mod tests {
                 tonic::Code::InvalidArgument
             );
         }
+    }
+
+    #[test]
+    fn a_handle_keeps_the_default_session_it_was_issued_in() {
+        let issued = Handle::Sql("SELECT * FROM t".into()).in_session(&SessionOptions::default());
+        assert_eq!(issued.options(), Some(SessionOptions::default()));
+        let mut later = MetadataMap::new();
+        later.insert("cookie", "lake_schema=sales".parse().unwrap());
+        assert_eq!(
+            issued.options_or(SessionOptions::from_metadata(&later)),
+            SessionOptions::default()
+        );
     }
 
     #[test]

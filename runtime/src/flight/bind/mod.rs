@@ -194,11 +194,35 @@ fn typed(
     if !float
         && from.is_numeric()
         && t.is_numeric()
-        && cast.cast_to(&from).ok().as_ref() != Some(value)
+        && !cast
+            .cast_to(&from)
+            .is_ok_and(|back| same_number(&back, value))
     {
         return Err(refuse("it would not be stored exactly".into()));
     }
+    // Text into a decimal: Arrow rounds digits beyond the scale, so the text is read at the
+    // widest scale too and both must agree.
+    if matches!(
+        from,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) && matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..))
+    {
+        let wide = DataType::Decimal256(76, 38);
+        let exact = value.cast_to(&wide).ok();
+        if exact.is_none() || cast.cast_to(&wide).ok() != exact {
+            return Err(refuse("it would not be stored exactly".into()));
+        }
+    }
     Ok(cast)
+}
+
+/// Whether two numbers are the same value (a float's -0.0 is 0).
+fn same_number(a: &ScalarValue, b: &ScalarValue) -> bool {
+    match (a, b) {
+        (ScalarValue::Float64(Some(x)), ScalarValue::Float64(Some(y))) => x == y,
+        (ScalarValue::Float32(Some(x)), ScalarValue::Float32(Some(y))) => x == y,
+        _ => a == b,
+    }
 }
 
 /// `expr` with each placeholder replaced by its value in `row`.

@@ -314,6 +314,31 @@ async fn a_value_that_does_not_fit_is_refused_naming_its_parameter() {
         "{}",
         err.message()
     );
+    // Text with digits beyond a decimal's scale (Arrow would round it); -0.0 is 0.
+    let decimal = || {
+        planned_after(
+            "CREATE TABLE m (d DECIMAL(10, 2), i BIGINT)",
+            "INSERT INTO m VALUES ($1, $2)",
+        )
+    };
+    let text = |s: &str| {
+        vec![
+            ScalarValue::Utf8(Some(s.into())),
+            ScalarValue::Int64(Some(1)),
+        ]
+    };
+    let err = bind_rows(decimal().await, &[text("1.2345")]).unwrap_err();
+    assert!(
+        err.message().contains("parameter $1") && err.message().contains("not be stored exactly"),
+        "{}",
+        err.message()
+    );
+    bind_rows(decimal().await, &[text("1.20")]).unwrap();
+    let zero = vec![
+        ScalarValue::Float64(Some(-0.0)),
+        ScalarValue::Float64(Some(-0.0)),
+    ];
+    bind_rows(decimal().await, &[zero]).unwrap();
     let huge = "9".repeat(1 << 20);
     let err = bind_rows(
         typed_input("INSERT INTO n (i) VALUES ($1)").await,

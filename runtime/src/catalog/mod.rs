@@ -14,7 +14,9 @@ use arrow::ipc::root_as_schema;
 use lake_common::schema::Authority;
 
 use crate::manifest::{AuthorityError, verify_marker};
-use crate::store::{Condition, Item, Key, MetaStore, SortKey, StoreError, Value, query_all};
+use crate::store::{
+    Condition, Item, Key, MetaStore, REVISION_ATTR, SortKey, StoreError, Value, query_all,
+};
 
 pub use names::{MAX_NAME_LEN, NameError, NamespaceName, TableName};
 
@@ -31,6 +33,8 @@ pub enum CatalogError {
     NoSuchNamespace(NamespaceName),
     #[error("namespace {0} is not empty: drop its tables first")]
     NamespaceNotEmpty(NamespaceName),
+    #[error("namespace {0} is being dropped by another statement: try again")]
+    NamespaceBeingDropped(NamespaceName),
     #[error("table {0}.{1} already exists")]
     TableExists(NamespaceName, TableName),
     #[error("table {0}.{1} does not exist")]
@@ -60,6 +64,22 @@ pub struct TableEntry {
 #[derive(Debug, Clone)]
 pub struct Registry {
     kv: Arc<dyn MetaStore>,
+}
+
+/// Whether a namespace takes tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Openness {
+    Open,
+    /// A drop is under way: marked less than [`STALE_DROP_MS`] ago (an older mark is a drop
+    /// that died half-way, and is ignored).
+    Dropping,
+}
+
+fn openness(namespace: &Item) -> Openness {
+    match namespace.number(DROPPING) {
+        Some(marked) if now_ms().saturating_sub(marked) <= STALE_DROP_MS => Openness::Dropping,
+        _ => Openness::Open,
+    }
 }
 
 fn now_ms() -> i64 {
@@ -124,57 +144,74 @@ impl Registry {
     /// registers its table, then reads the namespace (withdrawing if it is marked or gone).
     /// Each side writes before it reads, so one of them sees the other: either the create
     /// withdraws, or this drop lists its table and refuses. Never a table under a removed
-    /// namespace.
+    /// namespace. One drop holds the mark at a time (a second is refused while it is fresh),
+    /// and each of its later writes is conditional on the mark still being its own.
     pub async fn drop_namespace(&self, ns: &NamespaceName) -> Result<(), CatalogError> {
-        self.mark_dropping(ns).await?;
-        self.finish_drop(ns).await
+        let mark = self.mark_dropping(ns).await?;
+        self.finish_drop(ns, mark).await
     }
 
     /// The first step of a drop: the namespace marked (a create sees it and withdraws).
-    async fn mark_dropping(&self, ns: &NamespaceName) -> Result<(), CatalogError> {
+    /// Returns the mark's revision, which the drop's later writes are conditional on.
+    async fn mark_dropping(&self, ns: &NamespaceName) -> Result<i64, CatalogError> {
         let item = self
             .kv
             .get(&ns_key(ns))
             .await?
             .ok_or_else(|| CatalogError::NoSuchNamespace(ns.clone()))?;
-        let marked = item.with(DROPPING, Value::N(now_ms()));
-        match self.kv.put(&marked, Condition::Exists).await {
-            Err(StoreError::ConditionFailed { .. }) => {
-                Err(CatalogError::NoSuchNamespace(ns.clone()))
-            }
-            other => Ok(other?),
+        if openness(&item) == Openness::Dropping {
+            return Err(CatalogError::NamespaceBeingDropped(ns.clone()));
+        }
+        // A namespace never revised has no revision attribute: revision 0.
+        let revision = item.number(REVISION_ATTR).unwrap_or(0);
+        let marked = item
+            .with(DROPPING, Value::N(now_ms()))
+            .with(REVISION_ATTR, Value::N(revision + 1));
+        match self.kv.put(&marked, Condition::Revision(revision)).await {
+            Err(StoreError::ConditionFailed { .. }) => Err(self.lost_the_mark(ns).await),
+            Err(e) => Err(e.into()),
+            Ok(()) => Ok(revision + 1),
         }
     }
 
-    /// The second step: removed if it holds no table; unmarked and refused if it does.
-    async fn finish_drop(&self, ns: &NamespaceName) -> Result<(), CatalogError> {
+    /// The second step: removed if it holds no table; unmarked and refused if it does. Both
+    /// writes are conditional on `mark` (a drop that outlived its mark changes nothing).
+    async fn finish_drop(&self, ns: &NamespaceName, mark: i64) -> Result<(), CatalogError> {
         if !self.list_tables(ns).await?.is_empty() {
             if let Some(mut item) = self.kv.get(&ns_key(ns)).await? {
                 item.attributes.remove(DROPPING);
-                match self.kv.put(&item, Condition::Exists).await {
+                let item = item.with(REVISION_ATTR, Value::N(mark + 1));
+                match self.kv.put(&item, Condition::Revision(mark)).await {
+                    // Another drop took over a stale mark: the mark is its to lift.
                     Err(StoreError::ConditionFailed { .. }) | Ok(()) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
             return Err(CatalogError::NamespaceNotEmpty(ns.clone()));
         }
-        match self.kv.delete(&ns_key(ns), Condition::Exists).await {
-            Err(StoreError::ConditionFailed { .. }) => {
-                Err(CatalogError::NoSuchNamespace(ns.clone()))
-            }
+        match self.kv.delete(&ns_key(ns), Condition::Revision(mark)).await {
+            Err(StoreError::ConditionFailed { .. }) => Err(self.lost_the_mark(ns).await),
             other => Ok(other?),
         }
     }
 
-    /// Whether the namespace takes new tables: it exists, and no drop of it is under way (a
-    /// mark older than [`STALE_DROP_MS`] is a drop that died half-way, and is ignored).
-    async fn open_for_tables(&self, ns: &NamespaceName) -> Result<bool, CatalogError> {
-        Ok(match self.kv.get(&ns_key(ns)).await? {
-            None => false,
-            Some(item) => item
-                .number(DROPPING)
-                .is_none_or(|marked| now_ms().saturating_sub(marked) > STALE_DROP_MS),
-        })
+    /// Why a write conditional on a drop's mark failed: the namespace is gone, or another
+    /// drop marked it.
+    async fn lost_the_mark(&self, ns: &NamespaceName) -> CatalogError {
+        match self.kv.get(&ns_key(ns)).await {
+            Ok(None) => CatalogError::NoSuchNamespace(ns.clone()),
+            Ok(Some(_)) => CatalogError::NamespaceBeingDropped(ns.clone()),
+            Err(e) => e.into(),
+        }
+    }
+
+    /// Whether the namespace takes new tables: it exists, and no drop of it is under way.
+    async fn open_for_tables(&self, ns: &NamespaceName) -> Result<(), CatalogError> {
+        match self.kv.get(&ns_key(ns)).await?.as_ref().map(openness) {
+            None => Err(CatalogError::NoSuchNamespace(ns.clone())),
+            Some(Openness::Dropping) => Err(CatalogError::NamespaceBeingDropped(ns.clone())),
+            Some(Openness::Open) => Ok(()),
+        }
     }
 
     /// Registers a table; its namespace must exist, and not be being dropped (see
@@ -186,9 +223,7 @@ impl Registry {
 
     /// The first step of a create: the table's record written, if its namespace is open.
     async fn register_table(&self, entry: &TableEntry) -> Result<(), CatalogError> {
-        if !self.open_for_tables(&entry.namespace).await? {
-            return Err(CatalogError::NoSuchNamespace(entry.namespace.clone()));
-        }
+        self.open_for_tables(&entry.namespace).await?;
         let item = item_from(entry);
         match self.kv.put(&item, Condition::NotExists).await {
             Err(StoreError::ConditionFailed { .. }) => Err(CatalogError::TableExists(
@@ -201,11 +236,16 @@ impl Registry {
 
     /// The second step: the namespace read again; the record withdrawn if a drop began.
     async fn confirm_table(&self, entry: &TableEntry) -> Result<(), CatalogError> {
-        if self.open_for_tables(&entry.namespace).await? {
-            return Ok(());
-        }
+        let closed = match self.open_for_tables(&entry.namespace).await {
+            Ok(()) => return Ok(()),
+            Err(
+                closed
+                @ (CatalogError::NoSuchNamespace(_) | CatalogError::NamespaceBeingDropped(_)),
+            ) => closed,
+            Err(e) => return Err(e),
+        };
         self.drop_table(&entry.namespace, &entry.name).await?;
-        Err(CatalogError::NoSuchNamespace(entry.namespace.clone()))
+        Err(closed)
     }
 
     /// Replaces an existing table's record (schema or properties changed).
@@ -360,34 +400,84 @@ mod tests {
         registry.create_namespace(&ns).await.unwrap();
         let t = entry(&ns, "t");
         registry.register_table(&t).await.unwrap();
-        registry.mark_dropping(&ns).await.unwrap();
+        let mark = registry.mark_dropping(&ns).await.unwrap();
         assert!(matches!(
             registry.confirm_table(&t).await,
-            Err(CatalogError::NoSuchNamespace(_))
+            Err(CatalogError::NamespaceBeingDropped(_))
         ));
-        registry.finish_drop(&ns).await.unwrap();
+        registry.finish_drop(&ns, mark).await.unwrap();
         assert!(!registry.namespace_exists(&ns).await.unwrap());
         assert!(registry.list_tables(&ns).await.unwrap().is_empty());
 
         registry.create_namespace(&ns).await.unwrap();
         registry.register_table(&t).await.unwrap();
         registry.confirm_table(&t).await.unwrap();
-        registry.mark_dropping(&ns).await.unwrap();
+        let mark = registry.mark_dropping(&ns).await.unwrap();
         assert!(matches!(
-            registry.finish_drop(&ns).await,
+            registry.finish_drop(&ns, mark).await,
             Err(CatalogError::NamespaceNotEmpty(_))
         ));
         // Refused and unmarked: the namespace takes tables again.
         registry.create_table(&entry(&ns, "u")).await.unwrap();
         assert_eq!(registry.list_tables(&ns).await.unwrap().len(), 2);
 
-        // While a drop is under way, a create is refused outright.
+        // While a drop is under way, a create is refused outright, as retryable (the
+        // namespace may well stay).
         let other = NamespaceName::parse("o").unwrap();
         registry.create_namespace(&other).await.unwrap();
         registry.mark_dropping(&other).await.unwrap();
         assert!(matches!(
             registry.create_table(&entry(&other, "t")).await,
-            Err(CatalogError::NoSuchNamespace(_))
+            Err(CatalogError::NamespaceBeingDropped(_))
         ));
+    }
+
+    /// Two drops of one namespace, one of them refused because a table is being created:
+    /// the refused drop lifts only its own mark. Before marks were owned, a second drop's mark
+    /// was overwritten and then lifted by the first, so a create could confirm in a namespace
+    /// the second drop then removed.
+    #[tokio::test]
+    async fn one_drop_holds_the_mark_and_lifts_only_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = registry(&dir);
+        let ns = NamespaceName::parse("s").unwrap();
+        registry.create_namespace(&ns).await.unwrap();
+        let t = entry(&ns, "t");
+        registry.register_table(&t).await.unwrap();
+
+        let first = registry.mark_dropping(&ns).await.unwrap();
+        assert!(matches!(
+            registry.mark_dropping(&ns).await,
+            Err(CatalogError::NamespaceBeingDropped(_))
+        ));
+        assert!(matches!(
+            registry.drop_namespace(&ns).await,
+            Err(CatalogError::NamespaceBeingDropped(_))
+        ));
+
+        // A drop whose mark was taken over (it outlived STALE_DROP_MS) neither lifts the
+        // newer mark nor removes the namespace.
+        let mut item = registry.kv.get(&ns_key(&ns)).await.unwrap().unwrap();
+        item.attributes
+            .insert(DROPPING.into(), Value::N(now_ms() - STALE_DROP_MS - 1));
+        registry.kv.put(&item, Condition::Always).await.unwrap();
+        let second = registry.mark_dropping(&ns).await.unwrap();
+        assert_ne!(first, second);
+        assert!(matches!(
+            registry.finish_drop(&ns, first).await,
+            Err(CatalogError::NamespaceNotEmpty(_))
+        ));
+        assert!(matches!(
+            registry.open_for_tables(&ns).await,
+            Err(CatalogError::NamespaceBeingDropped(_))
+        ));
+        registry.drop_table(&ns, &t.name).await.unwrap();
+        assert!(matches!(
+            registry.finish_drop(&ns, first).await,
+            Err(CatalogError::NamespaceBeingDropped(_))
+        ));
+        assert!(registry.namespace_exists(&ns).await.unwrap());
+        registry.finish_drop(&ns, second).await.unwrap();
+        assert!(!registry.namespace_exists(&ns).await.unwrap());
     }
 }

@@ -4,13 +4,14 @@
 //! stream before DataFusion sees the SQL. The path is a stage path (a file, or a folder whose
 //! files are all loaded); the format defaults to the file extension.
 
+use datafusion::sql::TableReference;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use lake_common::stage::StagePath;
 use tonic::Status;
 
-use crate::catalog::{NamespaceName, TableName};
+use crate::catalog::NamespaceName;
 use crate::engine::TableRef;
 use crate::stage::FileFormat;
 
@@ -22,7 +23,7 @@ pub(super) struct CopyInto {
 }
 
 const USAGE: &str =
-    "COPY INTO <schema>.<table> FROM '<stage path>' [FILE_FORMAT = PARQUET|CSV|ARROW]";
+    "COPY INTO [<schema>.]<table> FROM '<stage path>' [FILE_FORMAT = PARQUET|CSV|ARROW]";
 
 /// `sql`'s tokens without whitespace; `None` if it does not tokenize.
 pub(super) fn tokens(sql: &str) -> Option<Vec<Token>> {
@@ -42,14 +43,14 @@ pub(super) fn is_keyword(token: Option<&Token>, keyword: Keyword) -> bool {
 
 /// `None` when `sql` is not a `COPY INTO`; otherwise the statement, or INVALID_ARGUMENT naming
 /// what is wrong with it.
-pub(super) fn parse(sql: &str) -> Option<Result<CopyInto, Status>> {
+pub(super) fn parse(sql: &str, chosen: Option<&NamespaceName>) -> Option<Result<CopyInto, Status>> {
     let tokens = tokens(sql)?;
     let mut it = tokens.iter().peekable();
     if !(is_keyword(it.next(), Keyword::COPY) && is_keyword(it.peek().copied(), Keyword::INTO)) {
         return None;
     }
     it.next();
-    Some(parse_rest(&mut it))
+    Some(parse_rest(&mut it, chosen))
 }
 
 fn invalid(detail: &str) -> Status {
@@ -58,8 +59,9 @@ fn invalid(detail: &str) -> Status {
 
 fn parse_rest<'a>(
     it: &mut std::iter::Peekable<impl Iterator<Item = &'a Token>>,
+    chosen: Option<&NamespaceName>,
 ) -> Result<CopyInto, Status> {
-    let table = table_ref(it, "COPY INTO", invalid)?;
+    let table = table_ref(it, "COPY INTO", chosen, invalid)?;
     if !is_keyword(it.next(), Keyword::FROM) {
         return Err(invalid("expected FROM after the table"));
     }
@@ -102,28 +104,28 @@ fn parse_rest<'a>(
     })
 }
 
-/// `<schema>.<table>` next in `it`, as the statement `what` names it; INVALID_ARGUMENT from
-/// `invalid` when it does not.
+/// The table named next in `it` (`[lake.][<schema>.]<table>`, identifiers as in SQL: unquoted
+/// ones are lower-cased), a bare name resolving in the session's `chosen` schema as it does in
+/// any statement; INVALID_ARGUMENT from `invalid` when no name follows.
 pub(super) fn table_ref<'a>(
     it: &mut std::iter::Peekable<impl Iterator<Item = &'a Token>>,
     what: &str,
+    chosen: Option<&NamespaceName>,
     invalid: fn(&str) -> Status,
 ) -> Result<TableRef, Status> {
-    let ident = |t: Option<&Token>| match t {
-        Some(Token::Word(w)) => Some(w.value.clone()),
-        _ => None,
-    };
-    let schema = ident(it.next()).ok_or_else(|| invalid(&format!("{what} needs a table name")))?;
-    if it.next() != Some(&Token::Period) {
-        return Err(invalid(&format!(
-            "table {schema:?} needs a schema: write <schema>.{schema}"
-        )));
+    let mut parts = Vec::new();
+    loop {
+        match it.next() {
+            Some(word @ Token::Word(_)) => parts.push(word.to_string()),
+            _ => return Err(invalid(&format!("{what} needs a table name"))),
+        }
+        if parts.len() == 3 || it.peek() != Some(&&Token::Period) {
+            break;
+        }
+        it.next();
     }
-    let table = ident(it.next()).ok_or_else(|| invalid(&format!("{what} needs a table name")))?;
-    Ok(TableRef::new(
-        NamespaceName::parse(&schema).map_err(|e| Status::invalid_argument(e.to_string()))?,
-        TableName::parse(&table).map_err(|e| Status::invalid_argument(e.to_string()))?,
-    ))
+    // The same parsing and resolution as a table named in SELECT or INSERT.
+    crate::flight::sql::table_ref(&TableReference::from(parts.join(".").as_str()), chosen)
 }
 
 #[cfg(test)]
@@ -131,11 +133,11 @@ mod tests {
     use super::*;
 
     fn ok(sql: &str) -> CopyInto {
-        parse(sql).expect("a COPY INTO").expect("valid")
+        parse(sql, None).expect("a COPY INTO").expect("valid")
     }
 
     fn err(sql: &str) -> String {
-        parse(sql)
+        parse(sql, None)
             .expect("a COPY INTO")
             .unwrap_err()
             .message()
@@ -159,8 +161,28 @@ mod tests {
 
     #[test]
     fn other_statements_are_not_copy_into() {
-        assert!(parse("SELECT 1").is_none());
-        assert!(parse("COPY sales.orders TO 'x.parquet'").is_none());
+        assert!(parse("SELECT 1", None).is_none());
+        assert!(parse("COPY sales.orders TO 'x.parquet'", None).is_none());
+    }
+
+    #[test]
+    fn the_table_is_named_as_in_any_statement() {
+        let chosen = NamespaceName::parse("sales").unwrap();
+        let in_session = |sql: &str| parse(sql, Some(&chosen)).expect("a COPY INTO");
+        let bare = in_session("COPY INTO orders FROM 'x'").expect("valid");
+        assert_eq!(bare.table.to_string(), "sales.orders");
+        let own = in_session("COPY INTO other.orders FROM 'x'").expect("valid");
+        assert_eq!(own.table.to_string(), "other.orders");
+        assert_eq!(
+            ok("COPY INTO lake.Sales.\"orders\" FROM 'x'")
+                .table
+                .to_string(),
+            "sales.orders"
+        );
+        let elsewhere = in_session("COPY INTO hive.sales.orders FROM 'x'").unwrap_err();
+        assert_eq!(elsewhere.code(), tonic::Code::NotFound, "{elsewhere}");
+        assert!(err("COPY INTO lake.b.c.d FROM 'x'").contains("expected FROM"));
+        assert!(err("COPY INTO 'x' FROM 'y'").contains("needs a table name"));
     }
 
     #[test]

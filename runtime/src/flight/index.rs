@@ -272,8 +272,9 @@ pub(super) fn drop(
     })())
 }
 
-/// `SHOW INDEXES FROM s.t` (or `SHOW INDEX`), if `sql` is one: the table.
-pub(super) fn show(sql: &str) -> Option<Result<TableRef, Status>> {
+/// `SHOW INDEXES FROM s.t` (or `SHOW INDEX`), if `sql` is one: the table, a bare name in the
+/// session's `chosen` schema.
+pub(super) fn show(sql: &str, chosen: Option<&NamespaceName>) -> Option<Result<TableRef, Status>> {
     let tokens = tokens(sql)?;
     let mut it = tokens.iter().peekable();
     if !is_keyword(it.next(), Keyword::SHOW) {
@@ -286,16 +287,16 @@ pub(super) fn show(sql: &str) -> Option<Result<TableRef, Status>> {
     }
     let usage = |detail: &str| {
         Status::invalid_argument(format!(
-            "{detail}; the syntax is SHOW INDEXES FROM <schema>.<table>"
+            "{detail}; the syntax is SHOW INDEXES FROM [<schema>.]<table>"
         ))
     };
     Some((|| {
         if !is_keyword(it.next(), Keyword::FROM) {
             return Err(usage("expected FROM"));
         }
-        let table = table_ref(&mut it, "SHOW INDEXES", |d| {
+        let table = table_ref(&mut it, "SHOW INDEXES", chosen, |d| {
             Status::invalid_argument(format!(
-                "{d}; the syntax is SHOW INDEXES FROM <schema>.<table>"
+                "{d}; the syntax is SHOW INDEXES FROM [<schema>.]<table>"
             ))
         })?;
         if it.peek() == Some(&&Token::SemiColon) {
@@ -355,8 +356,21 @@ mod tests {
                 .unwrap(),
             (c.table.clone(), "ids".to_owned(), true)
         );
-        assert_eq!(show("show indexes from s.t").unwrap().unwrap(), c.table);
-        assert!(show("SHOW TABLES").is_none());
+        assert_eq!(
+            show("show indexes from s.t", None).unwrap().unwrap(),
+            c.table
+        );
+        assert!(show("SHOW TABLES", None).is_none());
+        let chosen = NamespaceName::parse("s").unwrap();
+        assert_eq!(
+            show("SHOW INDEXES FROM t", Some(&chosen)).unwrap().unwrap(),
+            c.table
+        );
+        let unchosen = show("SHOW INDEXES FROM t", None).unwrap().unwrap_err();
+        assert!(
+            unchosen.message().contains("session's schema"),
+            "{unchosen}"
+        );
     }
 
     #[test]

@@ -25,8 +25,6 @@ const SCHEMA: &str = "schema";
 const CATALOG_OPTION: &str = "catalog";
 /// lake's settings are options (and cookies) of their own name.
 const SETTINGS: &str = "lake.";
-/// At most this many settings travel in one session's cookies.
-const MAX_SETTINGS: usize = 16;
 /// At most this many cookies of a call are looked at, and options of one SetSessionOptions.
 const MAX_COOKIES: usize = 64;
 /// The largest SetSessionOptions request read.
@@ -177,7 +175,8 @@ impl SessionOptions {
                     Ok(schema) => options.schema = Some(schema),
                     Err(e) => tracing::debug!(%e, "ignoring the session cookie {SCHEMA_COOKIE}"),
                 }
-            } else if options.settings.len() < MAX_SETTINGS {
+            } else {
+                // Only known settings pass: the map holds at most one of each.
                 match check_setting(&name, &value) {
                     Ok(checked) => {
                         options.settings.insert(name, checked);
@@ -260,14 +259,10 @@ impl SessionOptions {
                 }
                 (setting, Some(value)) if setting.starts_with(SETTINGS) => {
                     match text(&value).map(|v| check_setting(setting, &v)) {
-                        Some(Ok(checked))
-                            if next.settings.len() < MAX_SETTINGS
-                                || next.settings.contains_key(setting) =>
-                        {
+                        Some(Ok(checked)) => {
                             next.settings.insert(setting.to_owned(), checked);
                             Ok(())
                         }
-                        Some(Ok(_)) => Err(ErrorValue::Error),
                         Some(Err(SettingError::Unknown)) => Err(ErrorValue::InvalidName),
                         Some(Err(SettingError::Invalid(_))) | None => Err(ErrorValue::InvalidValue),
                     }

@@ -9,6 +9,7 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 use tonic::Status;
 
 use super::copy::{is_keyword, table_ref, tokens};
+use crate::catalog::NamespaceName;
 use crate::engine::{RestoreTarget, TableRef};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,7 +18,7 @@ pub(super) struct Restore {
     pub to: RestoreTarget,
 }
 
-const USAGE: &str = "RESTORE TABLE <schema>.<table> TO VERSION <n> | TO TIMESTAMP '<time>'";
+const USAGE: &str = "RESTORE TABLE [<schema>.]<table> TO VERSION <n> | TO TIMESTAMP '<time>'";
 
 fn invalid(detail: &str) -> Status {
     Status::invalid_argument(format!("{detail}; the syntax is {USAGE}"))
@@ -25,7 +26,7 @@ fn invalid(detail: &str) -> Status {
 
 /// `None` when `sql` is not a `RESTORE TABLE`; otherwise the statement, or INVALID_ARGUMENT
 /// naming what is wrong with it.
-pub(super) fn parse(sql: &str) -> Option<Result<Restore, Status>> {
+pub(super) fn parse(sql: &str, chosen: Option<&NamespaceName>) -> Option<Result<Restore, Status>> {
     let tokens = tokens(sql)?;
     let mut it = tokens.iter().peekable();
     let restore = matches!(it.next(), Some(Token::Word(w))
@@ -34,13 +35,14 @@ pub(super) fn parse(sql: &str) -> Option<Result<Restore, Status>> {
         return None;
     }
     it.next();
-    Some(parse_rest(&mut it))
+    Some(parse_rest(&mut it, chosen))
 }
 
 fn parse_rest<'a>(
     it: &mut std::iter::Peekable<impl Iterator<Item = &'a Token>>,
+    chosen: Option<&NamespaceName>,
 ) -> Result<Restore, Status> {
-    let table = table_ref(it, "RESTORE TABLE", invalid)?;
+    let table = table_ref(it, "RESTORE TABLE", chosen, invalid)?;
     if !is_keyword(it.next(), Keyword::TO) {
         return Err(invalid("expected TO after the table"));
     }
@@ -81,11 +83,11 @@ mod tests {
     use super::*;
 
     fn ok(sql: &str) -> Restore {
-        parse(sql).expect("a RESTORE").expect("valid")
+        parse(sql, None).expect("a RESTORE").expect("valid")
     }
 
     fn err(sql: &str) -> String {
-        parse(sql)
+        parse(sql, None)
             .expect("a RESTORE")
             .unwrap_err()
             .message()
@@ -113,9 +115,9 @@ mod tests {
 
     #[test]
     fn other_statements_are_not_restore() {
-        assert!(parse("SELECT 1").is_none());
-        assert!(parse("RESTORE sales.orders").is_none());
-        assert!(parse("\"RESTORE\" TABLE s.t TO VERSION 1").is_none());
+        assert!(parse("SELECT 1", None).is_none());
+        assert!(parse("RESTORE sales.orders", None).is_none());
+        assert!(parse("\"RESTORE\" TABLE s.t TO VERSION 1", None).is_none());
     }
 
     #[test]

@@ -95,6 +95,10 @@ pub(super) fn catalog(e: CatalogError) -> Status {
         CatalogError::NamespaceExists(ns) => {
             Status::already_exists(format!("schema {ns} already exists"))
         }
+        // Retryable: the drop may fail (a table in it) and the schema stay.
+        CatalogError::NamespaceBeingDropped(ns) => Status::aborted(format!(
+            "schema {ns} is being dropped by another statement; try again"
+        )),
         CatalogError::Name(e) => Status::invalid_argument(e.to_string()),
         other => Status::internal(other.to_string()),
     }
@@ -144,6 +148,16 @@ mod tests {
             source: lance::Error::commit_conflict_source(7, "a compaction came first".into()),
         };
         let status = engine(lost);
+        assert_eq!(status.code(), tonic::Code::Aborted, "{status:?}");
+        assert!(status.message().contains("try again"), "{status:?}");
+    }
+
+    /// A create or drop refused because another drop holds the schema's mark may succeed when
+    /// sent again (that drop may fail): ABORTED, not NOT_FOUND.
+    #[test]
+    fn a_schema_being_dropped_is_aborted() {
+        let ns = NamespaceName::parse("s").unwrap();
+        let status = catalog(CatalogError::NamespaceBeingDropped(ns));
         assert_eq!(status.code(), tonic::Code::Aborted, "{status:?}");
         assert!(status.message().contains("try again"), "{status:?}");
     }

@@ -152,16 +152,26 @@ pub(super) fn described(schema: &Schema) -> SchemaRef {
 /// one for an unqualified name) and name.
 pub(super) fn result_schema(plan: &LogicalPlan, chosen: Option<&NamespaceName>) -> SchemaRef {
     // Tables by the name the statement gave them; a column qualified by an alias (`FROM s.t x`)
-    // or by nothing matches none of them and names no table.
+    // or by nothing matches none of them and names no table. A name that is also an alias (a
+    // subquery or CTE named `t` around a scan of table `t`) may qualify computed columns: it
+    // names no table either.
     let mut scanned: HashSet<TableReference> = HashSet::new();
+    let mut aliases: HashSet<TableReference> = HashSet::new();
     let _ = plan.apply(|node| {
-        if let LogicalPlan::TableScan(scan) = node
-            && (scan.table_name.schema().is_some() || chosen.is_some())
-        {
-            scanned.insert(scan.table_name.clone());
+        match node {
+            LogicalPlan::TableScan(scan)
+                if scan.table_name.schema().is_some() || chosen.is_some() =>
+            {
+                scanned.insert(scan.table_name.clone());
+            }
+            LogicalPlan::SubqueryAlias(alias) => {
+                aliases.insert(alias.alias.clone());
+            }
+            _ => {}
         }
         Ok(TreeNodeRecursion::Continue)
     });
+    scanned.retain(|table| !aliases.contains(table));
     let wire = wire_schema(plan.schema().as_arrow());
     let fields: Vec<Field> = wire
         .fields()
@@ -249,6 +259,36 @@ mod tests {
         assert_eq!(meta(1, super::TYPE_NAME).as_deref(), Some("DECIMAL"));
         let aliased = described("SELECT x.price FROM public.t x").await;
         assert_eq!(aliased.field(0).metadata().get(super::TABLE_NAME), None);
+
+        // In a session with a chosen schema, a subquery named like the table it reads: its
+        // computed column is not the table's.
+        let chosen = crate::catalog::NamespaceName::parse("public").unwrap();
+        let in_session = |sql: &'static str| {
+            let (ctx, chosen) = (ctx.clone(), chosen.clone());
+            async move {
+                let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+                super::result_schema(&plan, Some(&chosen))
+            }
+        };
+        let bare = in_session("SELECT price FROM t").await;
+        assert_eq!(
+            bare.field(0)
+                .metadata()
+                .get(super::TABLE_NAME)
+                .map(String::as_str),
+            Some("t")
+        );
+        for sql in [
+            "SELECT t.twice FROM (SELECT price * 2 AS twice FROM t) t",
+            "WITH t AS (SELECT price * 2 AS twice FROM t) SELECT twice FROM t",
+        ] {
+            let shadowed = in_session(sql).await;
+            assert_eq!(
+                shadowed.field(0).metadata().get(super::TABLE_NAME),
+                None,
+                "{sql}"
+            );
+        }
     }
 
     /// An ingested table's schema may carry keys a client wrote (a result read back and

@@ -106,6 +106,12 @@ impl DynamoStore {
             Condition::Always => return None,
             Condition::NotExists => ("attribute_not_exists(#h)", vec![hash], vec![]),
             Condition::Exists => ("attribute_exists(#h)", vec![hash], vec![]),
+            // An item without the attribute is at revision 0.
+            Condition::Revision(0) => (
+                "attribute_exists(#h) AND (attribute_not_exists(#rev) OR #rev = :rev)",
+                vec![hash, ("#rev".to_owned(), super::REVISION_ATTR.to_owned())],
+                vec![(":rev".to_owned(), AttributeValue::N("0".to_owned()))],
+            ),
             Condition::Revision(revision) => (
                 "attribute_exists(#h) AND #rev = :rev",
                 vec![hash, ("#rev".to_owned(), super::REVISION_ATTR.to_owned())],

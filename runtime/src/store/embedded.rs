@@ -342,8 +342,9 @@ fn condition_holds(condition: Condition, existing: Option<Vec<u8>>) -> bool {
         Condition::Exists => existing.is_some(),
         Condition::Revision(revision) => existing
             .and_then(|bytes| serde_json::from_slice::<Attributes>(&bytes).ok())
-            .is_some_and(|attributes| {
-                attributes.get(super::REVISION_ATTR) == Some(&super::Value::N(revision))
+            .is_some_and(|attributes| match attributes.get(super::REVISION_ATTR) {
+                Some(value) => value == &super::Value::N(revision),
+                None => revision == 0,
             }),
     }
 }

@@ -26,7 +26,8 @@ pub enum Condition {
     /// Only if an item has this key.
     Exists,
     /// Only if an item has this key and its [`REVISION_ATTR`] is this number: an optimistic
-    /// update of a row others may update too (the maintenance lease).
+    /// update of a row others may update too (the maintenance lease, a namespace's drop mark).
+    /// An item without the attribute is at revision 0.
     Revision(i64),
 }
 

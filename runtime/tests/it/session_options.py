@@ -61,6 +61,7 @@ with query.cursor() as cur:
     cur.execute("SELECT name FROM t WHERE id = ?", parameters=(3,))
     check("a prepared statement resolves in it too", cur.fetchall() == [("jam",)])
 check("a qualified name still names its own schema", rows(query, f"SELECT count(*) FROM {NS}.t") == [(2,)])
+check("SHOW INDEXES of an unqualified table", rows(query, "SHOW INDEXES FROM t") == [])
 try:
     query.adbc_connection.set_options(**{"adbc.connection.db_schema": "Not-A-Schema"})
     raise AssertionError("an invalid schema name was accepted")
@@ -72,6 +73,7 @@ check("the refused name changed nothing", query.adbc_current_db_schema == NS, qu
 other = flightsql.connect(QUERY, db_kwargs=COOKIES, autocommit=True)
 missing = fails(other, "SELECT * FROM t")
 check("another connection has no schema", "NOT_FOUND" in missing and "lake.default.t" in missing, missing)
+check("nor for SHOW INDEXES", "session's schema" in fails(other, "SHOW INDEXES FROM t"))
 other.close()
 
 # Raw Flight: the cookie from one endpoint's SetSessionOptions works on the other endpoint,
@@ -122,4 +124,7 @@ again = flight.FlightClient(QUERY).do_get(info.endpoints[0].ticket).read_all()
 check("a ticket redeemed again without the cookie keeps its session", again.equals(first), (first, again))
 closed = list(client.do_action(flight.Action("CloseSession", b"")))
 check("CloseSession clears the cookie", any("Max-Age=0" in c for c in jar.cookies), jar.cookies)
+# RESTORE names its table as any statement does: version 3 held (1, 2, 3), before the DELETE.
+rows(meta, "RESTORE TABLE t TO VERSION 3")
+check("RESTORE of an unqualified table", rows(query, f"SELECT id FROM {NS}.t ORDER BY id") == [(1,), (2,), (3,)])
 done()

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use lake_common::schema::Authority;
 use lake_runtime::provision::create_dynamo_table;
 use lake_runtime::store::{
-    Condition, DynamoStore, EmbeddedStore, Item, Key, MetaRead, MetaStore, QueryRequest, SortKey,
-    StoreError, Value, WriteOp, query_all,
+    Condition, DynamoStore, EmbeddedStore, Item, Key, MetaRead, MetaStore, QueryRequest,
+    REVISION_ATTR, SortKey, StoreError, Value, WriteOp, query_all,
 };
 use lake_testkit::unique;
 
@@ -70,6 +70,28 @@ async fn contract(kv: Arc<dyn MetaStore>) {
     assert_eq!(page.items, vec![row("ds", 58), row("ds", 57)]);
     let empty = kv.query("nothing", &QueryRequest::first(5)).await.unwrap();
     assert!(empty.items.is_empty() && empty.next.is_none());
+
+    // Revisions: an item without the attribute is at revision 0; a write conditional on a
+    // revision fails once another write moved it on, and for a missing item.
+    let err = kv
+        .put(&row("none", 1), Condition::Revision(0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ConditionFailed { .. }), "{err}");
+    let revised = row("ds", 1).with(REVISION_ATTR, Value::N(1));
+    kv.put(&revised, Condition::Revision(0)).await.unwrap();
+    let err = kv
+        .put(&row("ds", 1), Condition::Revision(0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ConditionFailed { .. }), "{err}");
+    let err = kv
+        .delete(&row("ds", 1).key, Condition::Revision(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ConditionFailed { .. }), "{err}");
+    kv.put(&row("ds", 1), Condition::Revision(1)).await.unwrap();
+    assert_eq!(kv.get(&row("ds", 1).key).await.unwrap(), Some(row("ds", 1)));
 
     // Conditional delete.
     kv.delete(&row("ds", 1).key, Condition::Exists)

@@ -567,7 +567,7 @@ async fn vector_search_function_returns_columns_and_distance() {
         ),
         (
             format!(
-                "SELECT * FROM vector_search('s.v', {q}, 'emb', 1000, '{{\"refine_factor\": 1000}}')"
+                "SELECT * FROM vector_search('s.v', {q}, 'emb', 2000, '{{\"refine_factor\": 100}}')"
             ),
             "more than 100000 candidates",
         ),

@@ -386,23 +386,8 @@ pub(super) fn run_to_completion(ctx: &SessionContext) {
     }
 }
 
-/// Wraps every scalar function of `ctx` to count against `budget`, and adds the rules that wrap
-/// the calls the planner builds around the registry.
-pub(super) fn register(ctx: &SessionContext, budget: &Budget) {
-    let functions: Vec<Arc<ScalarUDF>> = ctx.state().scalar_functions().values().cloned().collect();
-    let mut done = HashSet::new();
-    for udf in functions {
-        if done.insert(udf.name().to_owned()) {
-            ctx.register_udf(counted(udf, budget));
-        }
-    }
-    ctx.add_analyzer_rule(Arc::new(CountEveryFunction(budget.clone())));
-    ctx.add_optimizer_rule(Arc::new(CountEveryFunction(budget.clone())));
-}
-
-/// What [`register`] does, while a session is built: each scalar function `builder` holds
-/// counted against `budget` (wrapped once, instead of registered and then replaced), and the
-/// rules that count the calls the planner builds.
+/// A session being built, with each scalar function `builder` holds counted against `budget`,
+/// and the rules that count the calls the planner builds around the registry.
 pub(in crate::flight) fn counted_session(
     builder: SessionStateBuilder,
     budget: &Budget,
@@ -418,18 +403,22 @@ pub(in crate::flight) fn counted_session(
     builder
 }
 
-/// What [`register`] does, and lake's own functions, for a distributed query's worker: it
-/// decodes each call in a plan by the function's name, and these appear only in plans, never
-/// in SQL.
-pub(super) fn register_for_worker(ctx: &SessionContext, budget: &Budget) {
-    register(ctx, budget);
-    for own in [
-        ScalarUDF::new_from_impl(CaseResult::new()),
-        ScalarUDF::new_from_impl(ConcatOperator::new()),
-        ScalarUDF::new_from_impl(Expand::new()),
-    ] {
-        ctx.register_udf(counted(Arc::new(own), budget));
-    }
+/// What [`counted_session`] does, with lake's own functions added, for a distributed query's
+/// worker: it decodes each call in a plan by the function's name, and these appear only in
+/// plans, never in SQL.
+pub(super) fn counted_worker_session(
+    mut builder: SessionStateBuilder,
+    budget: &Budget,
+) -> SessionStateBuilder {
+    builder
+        .scalar_functions()
+        .get_or_insert_with(Vec::new)
+        .extend([
+            Arc::new(ScalarUDF::new_from_impl(CaseResult::new())),
+            Arc::new(ScalarUDF::new_from_impl(ConcatOperator::new())),
+            Arc::new(ScalarUDF::new_from_impl(Expand::new())),
+        ]);
+    counted_session(builder, budget)
 }
 
 fn counted(inner: Arc<ScalarUDF>, budget: &Budget) -> ScalarUDF {

@@ -10,7 +10,6 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionState;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::prelude::SessionContext;
 use datafusion_distributed::{
     DistributedExt, Worker, WorkerPlanRewriteEvent, WorkerPlanRewriteEventResponse,
     WorkerQueryContext, WorkerSessionBuilder,
@@ -60,9 +59,7 @@ impl WorkerSessionBuilder for Sessions {
         if let Some(config) = builder.config() {
             config.set_extension(Arc::new(budget.clone()));
         }
-        let ctx = SessionContext::new_with_state(builder.build());
-        bounded::register_for_worker(&ctx, &budget);
-        Ok(ctx.state())
+        Ok(bounded::counted_worker_session(builder, &budget).build())
     }
 }
 

@@ -31,6 +31,8 @@ use tonic::Status;
 
 use super::rule::{MAX_K, query_vector};
 use super::scored::{ScoredTable, Search};
+use super::settings::{MAX_EF, MAX_NPROBES, MAX_REFINE_FACTOR};
+use crate::catalog::NamespaceName;
 use crate::flight::distributed::LakeTable;
 
 const VECTOR_SEARCH: &str = "vector_search";
@@ -43,11 +45,13 @@ const MAX_SEARCHES: usize = 16;
 /// The tables, by the name as written, that a statement's searches read.
 type Tables = HashMap<String, Arc<LakeTable>>;
 
-/// Resolves the tables `statement` passes to `vector_search` / `fts` and registers both
-/// functions in `ctx` (a name no table resolves to is then the function's error).
+/// Resolves the tables `statement` passes to `vector_search` / `fts` (a bare name in the
+/// session's `chosen` schema) and registers both functions in `ctx` (a name no table resolves
+/// to is then the function's error).
 pub(in crate::flight) async fn register(
     ctx: &SessionContext,
     statement: &DFStatement,
+    chosen: Option<&NamespaceName>,
 ) -> Result<(), Status> {
     let names = searched_tables(statement);
     if names.len() > MAX_SEARCHES {
@@ -57,11 +61,10 @@ pub(in crate::flight) async fn register(
         )));
     }
     let mut tables = Tables::new();
-    let chosen = crate::flight::sql::chosen_schema(ctx);
     for name in names {
         let reference = TableReference::from(name.as_str());
         // The same checks as a table named in FROM: a schema, lake's catalog, valid names.
-        crate::flight::sql::table_ref(&reference, chosen.as_ref())?;
+        crate::flight::sql::table_ref(&reference, chosen)?;
         // A table that does not exist is the function's NOT_FOUND; any other failure (the
         // store, the authority) is said as it is.
         let provider = match ctx.table_provider(reference).await {
@@ -351,9 +354,12 @@ impl Options {
                         _ => return Err(bad("metric is \"l2\", \"cosine\" or \"dot\"".into())),
                     });
                 }
-                "nprobes" => options.nprobes = usize::try_from(number(65_536)?).ok(),
-                "refine_factor" => options.refine_factor = u32::try_from(number(1_000)?).ok(),
-                "ef" => options.ef = usize::try_from(number(100_000)?).ok(),
+                // The bounds of the session settings of the same names.
+                "nprobes" => options.nprobes = usize::try_from(number(MAX_NPROBES)?).ok(),
+                "refine_factor" => {
+                    options.refine_factor = u32::try_from(number(MAX_REFINE_FACTOR)?).ok()
+                }
+                "ef" => options.ef = usize::try_from(number(MAX_EF)?).ok(),
                 other => return Err(bad(format!("unknown option {other:?}"))),
             }
         }
@@ -409,6 +415,13 @@ mod tests {
             (r#"{"metric": "hamming"}"#, "metric is"),
             (r#"{"nprobes": 0}"#, "nprobes is a whole number"),
             (r#"{"ef": -1}"#, "ef is a whole number"),
+            // The session settings' bounds: a search's work grows with each.
+            (
+                r#"{"nprobes": 1025}"#,
+                "nprobes is a whole number from 1 to 1024",
+            ),
+            (r#"{"refine_factor": 101}"#, "from 1 to 100"),
+            (r#"{"ef": 10001}"#, "from 1 to 10000"),
             (r#"{"nope": 1}"#, "unknown option \"nope\""),
         ] {
             let err = Options::parse(json).unwrap_err().to_string();

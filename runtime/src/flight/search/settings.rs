@@ -31,10 +31,14 @@ impl ConfigExtension for LakeSettings {
 
 /// The largest value a session may give each numeric setting: a search's work grows with each
 /// (partitions probed, candidates ranked, HNSW breadth), and a session is any client's.
+/// The same bounds hold for `vector_search`'s options.
+pub(super) const MAX_NPROBES: u64 = 1024;
+pub(super) const MAX_REFINE_FACTOR: u64 = 100;
+pub(super) const MAX_EF: u64 = 10_000;
 const BOUNDS: [(&str, u64); 3] = [
-    ("lake.vector.nprobes", 1024),
-    ("lake.vector.refine_factor", 100),
-    ("lake.vector.ef", 10_000),
+    ("lake.vector.nprobes", MAX_NPROBES),
+    ("lake.vector.refine_factor", MAX_REFINE_FACTOR),
+    ("lake.vector.ef", MAX_EF),
 ];
 
 /// Why a session may not set `name` to `value`.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
+use arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
 use datafusion::prelude::SessionContext;
@@ -133,6 +134,23 @@ fn status_of(e: &DataFusionError) -> Status {
         DataFusionError::Plan(msg) => Status::invalid_argument(msg.clone()),
         DataFusionError::SchemaError(e, _) => Status::invalid_argument(e.to_string()),
         DataFusionError::NotImplemented(msg) => Status::unimplemented(msg.clone()),
+        // The statement's values made a kernel fail (`1 / 0`, `CAST('x' AS INT)`, an
+        // overflow): the client's to fix, not the server's.
+        DataFusionError::ArrowError(e, _)
+            if matches!(
+                e.as_ref(),
+                ArrowError::DivideByZero
+                    | ArrowError::CastError(_)
+                    | ArrowError::ParseError(_)
+                    | ArrowError::ArithmeticOverflow(_)
+                    | ArrowError::InvalidArgumentError(_)
+            ) =>
+        {
+            Status::invalid_argument(e.to_string())
+        }
+        DataFusionError::Execution(msg) if msg.starts_with("Scalar subquery returned more") => {
+            Status::invalid_argument(msg.clone())
+        }
         // DataFusion names its own setting; the operator of a lake sets ours.
         DataFusionError::ResourcesExhausted(msg) if msg.contains("max_temp_directory_size") => {
             Status::resource_exhausted(format!(
@@ -342,19 +360,20 @@ pub(super) async fn plan(
         )));
     }
     super::depth::check(sql)?;
-    if let Some(restore) = super::restore::parse(sql) {
+    let chosen = chosen_schema(ctx);
+    if let Some(restore) = super::restore::parse(sql, chosen.as_ref()) {
         if params.is_some() {
             return Err(unbindable());
         }
         return restore.map(|r| Planned::Write(Write::Restore(r)));
     }
-    if let Some(table) = super::index::show(sql) {
+    if let Some(table) = super::index::show(sql, chosen.as_ref()) {
         if params.is_some() {
             return Err(unbindable());
         }
         return show_indexes(ctx, &table?).await.map(Planned::Read);
     }
-    if let Some(copy) = super::copy::parse(sql) {
+    if let Some(copy) = super::copy::parse(sql, chosen.as_ref()) {
         if params.is_some() {
             return Err(unbindable());
         }
@@ -364,10 +383,10 @@ pub(super) async fn plan(
     if let DFStatement::Statement(boxed) = &statement {
         let index = match boxed.as_ref() {
             Statement::CreateIndex(index) => Some(
-                super::index::create(index, chosen_schema(ctx).as_ref())
+                super::index::create(index, chosen.as_ref())
                     .map(|c| Planned::Write(Write::CreateIndex(c))),
             ),
-            other => super::index::drop(other, chosen_schema(ctx).as_ref()).map(|d| {
+            other => super::index::drop(other, chosen.as_ref()).map(|d| {
                 d.map(|(table, name, if_exists)| {
                     Planned::Write(Write::DropIndex {
                         table,
@@ -389,7 +408,7 @@ pub(super) async fn plan(
     if enumerates_the_warehouse(&statement)? {
         list_the_warehouse(ctx).await?;
     }
-    super::search::register_table_functions(ctx, &statement).await?;
+    super::search::register_table_functions(ctx, &statement, chosen.as_ref()).await?;
     // DELETE: its predicate is planned here, in this session (see `delete.rs`).
     if let DFStatement::Statement(boxed) = &statement
         && let Statement::Delete(delete) = boxed.as_ref()
@@ -408,7 +427,7 @@ pub(super) async fn plan(
         }
         let table = table_ref(
             &TableReference::from(name.to_string().as_str()),
-            chosen_schema(ctx).as_ref(),
+            chosen.as_ref(),
         )?;
         let predicate = match &delete.selection {
             Some(selection) => Some(delete::predicate(ctx, name, selection).await?),
@@ -424,7 +443,7 @@ pub(super) async fn plan(
     super::depth::check_plan(&plan)?;
     // Every write path comes through here: values bind into an INSERT's rows, nowhere else.
     if let Some(values) = params {
-        return match classify(sql, plan, chosen_schema(ctx).as_ref())? {
+        return match classify(sql, plan, chosen.as_ref())? {
             Planned::Write(Write::Insert { table, rows }) => Ok(Planned::Write(Write::Insert {
                 table,
                 rows: super::bind::bind_rows(rows, &[values])?,
@@ -438,7 +457,7 @@ pub(super) async fn plan(
             }
         };
     }
-    classify(sql, plan, chosen_schema(ctx).as_ref())
+    classify(sql, plan, chosen.as_ref())
 }
 
 /// The longest statement many rows of values may be bound to.

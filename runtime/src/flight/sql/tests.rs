@@ -264,3 +264,27 @@ fn a_status_relayed_as_text_keeps_its_code_and_message() {
     ));
     assert_eq!(super::relayed("an error of another kind"), None);
 }
+
+/// A statement whose values make a kernel fail is the client's error, with the kernel's words:
+/// INVALID_ARGUMENT, not INTERNAL.
+#[tokio::test]
+async fn a_statement_failing_on_its_values_is_invalid_argument() {
+    let ctx = datafusion::prelude::SessionContext::new();
+    for (sql, says) in [
+        ("SELECT 1 / 0", "Divide by zero"),
+        ("SELECT CAST('abc' AS INT)", "Cannot cast string 'abc'"),
+        ("SELECT CAST(300 AS TINYINT)", "300"),
+        (
+            "SELECT (SELECT column1 FROM (VALUES (1), (2)))",
+            "more than one row",
+        ),
+    ] {
+        let err = match ctx.sql(sql).await {
+            Ok(frame) => frame.collect().await.expect_err(sql),
+            Err(e) => e,
+        };
+        let status = super::status(err);
+        assert_eq!(status.code(), Code::InvalidArgument, "{sql}: {status:?}");
+        assert!(status.message().contains(says), "{sql}: {status:?}");
+    }
+}

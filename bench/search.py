@@ -4,6 +4,8 @@
    prepared statement's parameter, through ADBC) on ROWS x 128 float32 vectors with an IVF_PQ
    index, p50 and p99, vs pylance `to_table(nearest=…)` in-process on the same dataset with the
    same search parameters (lake's defaults: nprobes 20, refine factor 10). Goal: <= 1.5x p50.
+   Beside it, ADBC's floor: the same prepared search against a Flight SQL server that does
+   nothing (floor_peer.py), in a process of its own.
 2. The same SQL on a copy of the table without the index (DataFusion's exact top-k). Goal: the
    index >= 20x faster at p50. Recall@10 of the index against it is printed too.
 3. A full-text search (`fts('s.docs', 'words') ORDER BY _score DESC LIMIT 10`) on DOCS rows with
@@ -25,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
+import floor_peer
 from local_lake import Lake, statement_query
 from report import Report
 
@@ -146,6 +149,22 @@ def run(data, report):
                 cur.execute("SELECT $1 AS v", params)
                 return cur.fetchall()
             floor_times = timed(adbc_floor, queries)
+
+            # The same prepared search against a Flight SQL server that does nothing (answers
+            # ten rows built once): what the client and its three round trips cost any server.
+            floor_server, floor_url = floor_peer.start()
+            try:
+                with flightsql.connect(floor_url) as floor_conn, floor_conn.cursor() as floor_cur:
+                    sql = SEARCH.format("v")
+                    floor_cur.adbc_prepare(sql)
+
+                    def nothing_server(q):
+                        params = pa.record_batch([pa.array([q], pa.list_(pa.float32()))], names=["$1"])
+                        floor_cur.execute(sql, params)
+                        return floor_cur.fetchall()
+                    nothing_times = timed(nothing_server, queries)
+            finally:
+                floor_server.kill()
             exact = lake_search("flat")
             exact_times = timed(exact, queries[:EXACT_QUERIES])
             found = sum(len(set(indexed(q)) & set(exact(q))) for q in queries[:EXACT_QUERIES])
@@ -167,6 +186,12 @@ def run(data, report):
                    "ms", 1.5)
         report.add("  ADBC prepared SELECT $1 with the vector bound, p50", percentiles(floor_times)[0], None,
                    "ms", None)
+        nothing50 = percentiles(nothing_times)[0]
+        report.add("  the prepared search against a do-nothing Flight SQL server (ADBC's floor), p50",
+                   nothing50, None, "ms", None)
+        # A server whose search took no longer than pylance's whole call, behind that floor.
+        report.add("  that floor + pylance's time vs pylance (no server can do better)", nothing50 + peer50,
+                   peer50, "ms", None)
         # Here "lake" is the SQL without the index and "peer" the same SQL with it.
         report.add("top-10 p50 without the index / with it", exact50, lake50, "ms", 20,
                    higher_is_better=True)

@@ -388,18 +388,23 @@ mod tests {
         )
     }
 
+    /// Namespace `s` with table `t` registered (a create's first step) in a new registry.
+    async fn a_create_under_way(dir: &tempfile::TempDir) -> (Registry, NamespaceName, TableEntry) {
+        let registry = registry(dir);
+        let ns = NamespaceName::parse("s").unwrap();
+        registry.create_namespace(&ns).await.unwrap();
+        let t = entry(&ns, "t");
+        registry.register_table(&t).await.unwrap();
+        (registry, ns, t)
+    }
+
     /// The two interleavings of a create racing a drop (each side writes, then reads): the
     /// create's read after the drop's mark withdraws the table; the drop's listing after the
     /// create's record refuses the drop. Never a table left under a removed namespace.
     #[tokio::test]
     async fn a_drop_and_a_create_in_the_namespace_never_leave_a_stray_table() {
         let dir = tempfile::tempdir().unwrap();
-        let registry = registry(&dir);
-        let ns = NamespaceName::parse("s").unwrap();
-
-        registry.create_namespace(&ns).await.unwrap();
-        let t = entry(&ns, "t");
-        registry.register_table(&t).await.unwrap();
+        let (registry, ns, t) = a_create_under_way(&dir).await;
         let mark = registry.mark_dropping(&ns).await.unwrap();
         assert!(matches!(
             registry.confirm_table(&t).await,
@@ -439,12 +444,7 @@ mod tests {
     #[tokio::test]
     async fn one_drop_holds_the_mark_and_lifts_only_its_own() {
         let dir = tempfile::tempdir().unwrap();
-        let registry = registry(&dir);
-        let ns = NamespaceName::parse("s").unwrap();
-        registry.create_namespace(&ns).await.unwrap();
-        let t = entry(&ns, "t");
-        registry.register_table(&t).await.unwrap();
-
+        let (registry, ns, t) = a_create_under_way(&dir).await;
         let first = registry.mark_dropping(&ns).await.unwrap();
         assert!(matches!(
             registry.mark_dropping(&ns).await,

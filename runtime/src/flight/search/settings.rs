@@ -53,17 +53,18 @@ pub(in crate::flight) enum SettingError {
 /// `value` for the setting `name` (`lake.vector.nprobes`), in the form DataFusion's
 /// configuration takes, if a session may set it.
 pub(in crate::flight) fn check(name: &str, value: &str) -> Result<String, SettingError> {
-    let known = LakeSettings::default()
-        .entries()
-        .into_iter()
-        .any(|entry| format!("{}.{}", LakeSettings::PREFIX, entry.key) == name);
-    if !known {
+    let mut settings = LakeSettings::default();
+    let known = name
+        .strip_prefix(LakeSettings::PREFIX)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .filter(|key| settings.entries().iter().any(|entry| entry.key == *key));
+    let Some(key) = known else {
         return Err(SettingError::Unknown);
-    }
-    let mut options = datafusion::config::ConfigOptions::new();
-    options.extensions.insert(LakeSettings::default());
-    options
-        .set(name, value)
+    };
+    // Parsed as configuration parses it, on lake's settings alone (every call's cookies are
+    // checked: a whole `ConfigOptions` per check cost more than the rest of the check).
+    settings
+        .set(key, value)
         .map_err(|e| SettingError::Invalid(e.to_string()))?;
     if let Some((_, most)) = BOUNDS.iter().find(|(n, _)| *n == name) {
         let n: u64 = value

@@ -9,21 +9,9 @@ measured time no server can remove (the search bench's `ADBC floor`).
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from local_lake import _field
+
 SQL = "type.googleapis.com/arrow.flight.protocol.sql."
-
-
-def _varint(n):
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _field(number, data):
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
 
 
 def _fields(message):

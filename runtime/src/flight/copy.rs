@@ -1,4 +1,4 @@
-//! `COPY INTO <schema>.<table> FROM '<stage path>' [FILE_FORMAT = PARQUET|CSV|ARROW]`.
+//! `COPY INTO [<schema>.]<table> FROM '<stage path>' [FILE_FORMAT = PARQUET|CSV|ARROW]`.
 //!
 //! DataFusion's parser knows only `COPY … TO`, so this statement is recognised from the token
 //! stream before DataFusion sees the SQL. The path is a stage path (a file, or a folder whose

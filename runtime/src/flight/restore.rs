@@ -1,4 +1,4 @@
-//! `RESTORE TABLE <schema>.<table> TO VERSION <n>` and `… TO TIMESTAMP '<time>'`: one new
+//! `RESTORE TABLE [<schema>.]<table> TO VERSION <n>` and `… TO TIMESTAMP '<time>'`: one new
 //! commit whose content is that version's (docs/guides/recovery.md).
 //!
 //! Not SQL DataFusion knows, so recognised from the token stream before DataFusion sees it, as

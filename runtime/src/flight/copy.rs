@@ -5,12 +5,12 @@
 //! files are all loaded); the format defaults to the file extension.
 
 use datafusion::sql::TableReference;
-use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::Token;
 use lake_common::stage::StagePath;
 use tonic::Status;
 
+use super::tokens::is_keyword;
 use crate::catalog::NamespaceName;
 use crate::engine::TableRef;
 use crate::stage::FileFormat;
@@ -25,26 +25,12 @@ pub(super) struct CopyInto {
 const USAGE: &str =
     "COPY INTO [<schema>.]<table> FROM '<stage path>' [FILE_FORMAT = PARQUET|CSV|ARROW]";
 
-/// `sql`'s tokens without whitespace; `None` if it does not tokenize.
-pub(super) fn tokens(sql: &str) -> Option<Vec<Token>> {
-    let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize().ok()?;
-    Some(
-        tokens
-            .into_iter()
-            .filter(|t| !matches!(t, Token::Whitespace(_)))
-            .collect(),
-    )
-}
-
-/// Whether `token` is `keyword`, unquoted.
-pub(super) fn is_keyword(token: Option<&Token>, keyword: Keyword) -> bool {
-    matches!(token, Some(Token::Word(w)) if w.keyword == keyword && w.quote_style.is_none())
-}
-
-/// `None` when `sql` is not a `COPY INTO`; otherwise the statement, or INVALID_ARGUMENT naming
-/// what is wrong with it.
-pub(super) fn parse(sql: &str, chosen: Option<&NamespaceName>) -> Option<Result<CopyInto, Status>> {
-    let tokens = tokens(sql)?;
+/// `None` when `tokens` (a statement's, without whitespace) are not a `COPY INTO`; otherwise
+/// the statement, or INVALID_ARGUMENT naming what is wrong with it.
+pub(super) fn parse(
+    tokens: &[Token],
+    chosen: Option<&NamespaceName>,
+) -> Option<Result<CopyInto, Status>> {
     let mut it = tokens.iter().peekable();
     if !(is_keyword(it.next(), Keyword::COPY) && is_keyword(it.peek().copied(), Keyword::INTO)) {
         return None;
@@ -131,6 +117,10 @@ pub(super) fn table_ref<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(sql: &str, chosen: Option<&NamespaceName>) -> Option<Result<CopyInto, Status>> {
+        super::parse(&crate::flight::tokens::significant(sql).unwrap(), chosen)
+    }
 
     fn ok(sql: &str) -> CopyInto {
         parse(sql, None).expect("a COPY INTO").expect("valid")

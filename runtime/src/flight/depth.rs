@@ -10,9 +10,8 @@ use std::collections::HashMap;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::expr::{Exists, InSubquery, SetComparison};
 use datafusion::logical_expr::{Expr, LogicalPlan};
-use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::Token;
 use tonic::Status;
 
 /// The deepest expression accepted: operators chained in one expression plus parentheses.
@@ -200,19 +199,10 @@ fn is_separator(token: &Token) -> bool {
     }
 }
 
-/// The nesting depth of `sql`'s expressions (an upper bound on their trees' depth).
-#[cfg(test)]
-pub(super) fn depth(sql: &str) -> Result<usize, Status> {
-    Ok(measure(sql)?.expression)
-}
-
-/// How deep `sql` nests (upper bounds on its trees' depths).
-pub(super) fn measure(sql: &str) -> Result<Depth, Status> {
-    let tokens = Tokenizer::new(&GenericDialect {}, sql)
-        .tokenize()
-        .map_err(|e| Status::invalid_argument(format!("SQL error: {e}")))?;
+/// How deep a statement of `tokens` nests (upper bounds on its trees' depths).
+fn measure(tokens: &[Token]) -> Depth {
     let mut stack = vec![Level::default()];
-    for token in &tokens {
+    for token in tokens {
         if matches!(token, Token::LBracket)
             && let Some(level) = stack.last_mut()
         {
@@ -279,11 +269,11 @@ pub(super) fn measure(sql: &str) -> Result<Depth, Status> {
             outer.relation_depth = outer.relation_depth.max(relations);
         }
     }
-    Ok(Depth {
+    Depth {
         expression: deepest,
         relations,
-        copies: cte_copies(&tokens),
-    })
+        copies: cte_copies(tokens),
+    }
 }
 
 /// An upper bound on the plan steps a statement's `WITH` queries make when each use of one is a
@@ -305,11 +295,7 @@ fn cte_copies(tokens: &[Token]) -> u64 {
     let (mut depth, mut main, mut largest) = (0usize, 1u64, 0u64);
     let mut name: Option<String> = None;
     let (mut expect_name, mut body_next) = (false, false);
-    let significant: Vec<&Token> = tokens
-        .iter()
-        .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .collect();
-    for (i, token) in significant.iter().enumerate() {
+    for (i, token) in tokens.iter().enumerate() {
         match token {
             t if keyword(t, Keyword::WITH) => {
                 lists.push(depth);
@@ -322,7 +308,7 @@ fn cte_copies(tokens: &[Token]) -> u64 {
             }
             t if keyword(t, Keyword::AS) && name.is_some() => {
                 // `AS [NOT] [MATERIALIZED] (`: the body follows.
-                body_next = significant[i + 1..]
+                body_next = tokens[i + 1..]
                     .iter()
                     .find(|t| !keyword(t, Keyword::NOT) && !keyword(t, Keyword::MATERIALIZED))
                     .is_some_and(|t| matches!(t, Token::LParen));
@@ -412,14 +398,14 @@ fn too_many_steps() -> Status {
     ))
 }
 
-/// Refuses `sql` whose expressions nest deeper than [`MAX_EXPRESSION_DEPTH`], or whose queries
-/// chain more than [`MAX_RELATION_CHAIN`] relations.
-pub(super) fn check(sql: &str) -> Result<(), Status> {
+/// Refuses a statement of `tokens` whose expressions nest deeper than
+/// [`MAX_EXPRESSION_DEPTH`], or whose queries chain more than [`MAX_RELATION_CHAIN`] relations.
+pub(super) fn check(tokens: &[Token]) -> Result<(), Status> {
     let Depth {
         expression,
         relations,
         copies,
-    } = measure(sql)?;
+    } = measure(tokens);
     if copies > MAX_PLAN_NODES as u64 {
         return Err(too_many_steps());
     }
@@ -442,6 +428,20 @@ pub(super) fn check(sql: &str) -> Result<(), Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn measure(sql: &str) -> Result<Depth, Status> {
+        Ok(super::measure(&crate::flight::tokens::significant(sql)?))
+    }
+
+    /// What the statement `sql` passes through: its tokens, then the depth check.
+    fn check(sql: &str) -> Result<(), Status> {
+        super::check(&crate::flight::tokens::significant(sql)?)
+    }
+
+    /// The nesting depth of `sql`'s expressions (an upper bound on their trees' depth).
+    fn depth(sql: &str) -> Result<usize, Status> {
+        Ok(measure(sql)?.expression)
+    }
 
     #[test]
     fn depth_follows_chains_and_parentheses_not_widths() {

@@ -12,7 +12,8 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use tonic::Status;
 
-use super::copy::{is_keyword, table_ref, tokens};
+use super::copy::table_ref;
+use super::tokens::is_keyword;
 use crate::catalog::NamespaceName;
 use crate::engine::{
     IndexDefinition, IndexKind, TableRef, TextOptions, VectorMetric, VectorOptions,
@@ -272,10 +273,12 @@ pub(super) fn drop(
     })())
 }
 
-/// `SHOW INDEXES FROM s.t` (or `SHOW INDEX`), if `sql` is one: the table, a bare name in the
-/// session's `chosen` schema.
-pub(super) fn show(sql: &str, chosen: Option<&NamespaceName>) -> Option<Result<TableRef, Status>> {
-    let tokens = tokens(sql)?;
+/// `SHOW INDEXES FROM s.t` (or `SHOW INDEX`), if `tokens` (a statement's, without whitespace)
+/// are one: the table, a bare name in the session's `chosen` schema.
+pub(super) fn show(
+    tokens: &[Token],
+    chosen: Option<&NamespaceName>,
+) -> Option<Result<TableRef, Status>> {
     let mut it = tokens.iter().peekable();
     if !is_keyword(it.next(), Keyword::SHOW) {
         return None;
@@ -315,6 +318,10 @@ mod tests {
     use datafusion::sql::sqlparser::dialect::GenericDialect;
 
     use super::*;
+
+    fn show(sql: &str, chosen: Option<&NamespaceName>) -> Option<Result<TableRef, Status>> {
+        super::show(&crate::flight::tokens::significant(sql).unwrap(), chosen)
+    }
 
     fn statement(sql: &str) -> Statement {
         match DFParser::parse_sql_with_dialect(sql, &GenericDialect {})

@@ -29,6 +29,7 @@ mod sql;
 mod statement;
 mod status;
 mod surface;
+mod tokens;
 mod types;
 mod update;
 mod wire;

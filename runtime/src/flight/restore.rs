@@ -8,7 +8,8 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use tonic::Status;
 
-use super::copy::{is_keyword, table_ref, tokens};
+use super::copy::table_ref;
+use super::tokens::is_keyword;
 use crate::catalog::NamespaceName;
 use crate::engine::{RestoreTarget, TableRef};
 
@@ -24,10 +25,12 @@ fn invalid(detail: &str) -> Status {
     Status::invalid_argument(format!("{detail}; the syntax is {USAGE}"))
 }
 
-/// `None` when `sql` is not a `RESTORE TABLE`; otherwise the statement, or INVALID_ARGUMENT
-/// naming what is wrong with it.
-pub(super) fn parse(sql: &str, chosen: Option<&NamespaceName>) -> Option<Result<Restore, Status>> {
-    let tokens = tokens(sql)?;
+/// `None` when `tokens` (a statement's, without whitespace) are not a `RESTORE TABLE`;
+/// otherwise the statement, or INVALID_ARGUMENT naming what is wrong with it.
+pub(super) fn parse(
+    tokens: &[Token],
+    chosen: Option<&NamespaceName>,
+) -> Option<Result<Restore, Status>> {
     let mut it = tokens.iter().peekable();
     let restore = matches!(it.next(), Some(Token::Word(w))
         if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("RESTORE"));
@@ -81,6 +84,10 @@ fn parse_rest<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(sql: &str, chosen: Option<&NamespaceName>) -> Option<Result<Restore, Status>> {
+        super::parse(&crate::flight::tokens::significant(sql).unwrap(), chosen)
+    }
 
     fn ok(sql: &str) -> Restore {
         parse(sql, None).expect("a RESTORE").expect("valid")

@@ -359,21 +359,24 @@ pub(super) async fn plan(
             sql.len()
         )));
     }
-    super::depth::check(sql)?;
+    // Tokenized once for the depth check and lake's own statements (DataFusion's parser
+    // reads the text again).
+    let tokens = super::tokens::significant(sql)?;
+    super::depth::check(&tokens)?;
     let chosen = chosen_schema(ctx);
-    if let Some(restore) = super::restore::parse(sql, chosen.as_ref()) {
+    if let Some(restore) = super::restore::parse(&tokens, chosen.as_ref()) {
         if params.is_some() {
             return Err(unbindable());
         }
         return restore.map(|r| Planned::Write(Write::Restore(r)));
     }
-    if let Some(table) = super::index::show(sql, chosen.as_ref()) {
+    if let Some(table) = super::index::show(&tokens, chosen.as_ref()) {
         if params.is_some() {
             return Err(unbindable());
         }
         return show_indexes(ctx, &table?).await.map(Planned::Read);
     }
-    if let Some(copy) = super::copy::parse(sql, chosen.as_ref()) {
+    if let Some(copy) = super::copy::parse(&tokens, chosen.as_ref()) {
         if params.is_some() {
             return Err(unbindable());
         }

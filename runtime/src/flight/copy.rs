@@ -4,13 +4,12 @@
 //! stream before DataFusion sees the SQL. The path is a stage path (a file, or a folder whose
 //! files are all loaded); the format defaults to the file extension.
 
-use datafusion::sql::TableReference;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use lake_common::stage::StagePath;
 use tonic::Status;
 
-use super::tokens::is_keyword;
+use super::tokens::{is_keyword, table_ref};
 use crate::catalog::NamespaceName;
 use crate::engine::TableRef;
 use crate::stage::FileFormat;
@@ -88,30 +87,6 @@ fn parse_rest<'a>(
         path,
         format,
     })
-}
-
-/// The table named next in `it` (`[lake.][<schema>.]<table>`, identifiers as in SQL: unquoted
-/// ones are lower-cased), a bare name resolving in the session's `chosen` schema as it does in
-/// any statement; INVALID_ARGUMENT from `invalid` when no name follows.
-pub(super) fn table_ref<'a>(
-    it: &mut std::iter::Peekable<impl Iterator<Item = &'a Token>>,
-    what: &str,
-    chosen: Option<&NamespaceName>,
-    invalid: fn(&str) -> Status,
-) -> Result<TableRef, Status> {
-    let mut parts = Vec::new();
-    loop {
-        match it.next() {
-            Some(word @ Token::Word(_)) => parts.push(word.to_string()),
-            _ => return Err(invalid(&format!("{what} needs a table name"))),
-        }
-        if parts.len() == 3 || it.peek() != Some(&&Token::Period) {
-            break;
-        }
-        it.next();
-    }
-    // The same parsing and resolution as a table named in SELECT or INSERT.
-    crate::flight::sql::table_ref(&TableReference::from(parts.join(".").as_str()), chosen)
 }
 
 #[cfg(test)]

@@ -12,8 +12,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::Token;
 use tonic::Status;
 
-use super::copy::table_ref;
-use super::tokens::is_keyword;
+use super::tokens::{is_keyword, table_ref};
 use crate::catalog::NamespaceName;
 use crate::engine::{
     IndexDefinition, IndexKind, TableRef, TextOptions, VectorMetric, VectorOptions,

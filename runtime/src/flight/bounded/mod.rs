@@ -365,7 +365,7 @@ fn growth_of(udf: &ScalarUDF) -> Option<Growth> {
         return Some(Growth::Claim);
     }
     // The name, then each alias, looked up once: every session wraps every function, and
-    // asking the function for its names once per table row was most of a session's cost.
+    // asking the function for its names once per table row was half of a session's cost.
     std::iter::once(udf.name())
         .chain(udf.aliases().iter().map(String::as_str))
         .find_map(|name| {

@@ -109,6 +109,20 @@ const CASES: &[(&str, Expect)] = &[
         "CREATE OR REPLACE TABLE s.u (id BIGINT)",
         Expect::Refused(Code::Unimplemented, "CREATE OR REPLACE TABLE"),
     ),
+    // Text that does not tokenize is refused before any recogniser reads it, lake's own
+    // statements included.
+    (
+        "SELECT 'never closed",
+        Expect::Refused(Code::InvalidArgument, "SQL error"),
+    ),
+    (
+        "COPY INTO s.t FROM 'never closed",
+        Expect::Refused(Code::InvalidArgument, "SQL error"),
+    ),
+    (
+        "RESTORE TABLE s.t TO TIMESTAMP 'never closed",
+        Expect::Refused(Code::InvalidArgument, "SQL error"),
+    ),
     (
         "INSERT OVERWRITE s.t VALUES (1)",
         Expect::Refused(Code::Unimplemented, "INSERT OVERWRITE"),

@@ -181,7 +181,7 @@ impl QueryContext {
                     verify_marker(&kv, Authority::Manifests, &cluster).await?;
                     (
                         Arc::new(kv),
-                        Warehouse::Local(plan.warehouse().into()),
+                        Warehouse::local_for_reads(plan.warehouse()),
                         StageDescriptor::for_stage(plan.stage(), None)?,
                     )
                 }
@@ -261,7 +261,7 @@ impl MetadataContext {
                 (
                     registry,
                     manifests,
-                    Warehouse::Local(plan.warehouse().into()),
+                    Warehouse::local(plan.warehouse()),
                     Stage::open(plan.stage(), None)?,
                     cluster,
                 )

@@ -2,6 +2,7 @@
 //! store. [`Engine`] reads (query and metadata); [`WriteEngine`] also writes (metadata only).
 
 mod index;
+mod local_reads;
 mod maintain;
 mod pinned;
 mod restore;
@@ -31,6 +32,7 @@ use crate::store::StoreError;
 pub use index::{
     IndexDefinition, IndexKind, IndexListing, TextOptions, VectorMetric, VectorOptions, indices,
 };
+pub use local_reads::{LOCAL_READS_ENV, LocalReads};
 pub use maintain::{Compaction, Removal, VersionTime, is_conflict};
 pub use restore::{RestorePoint, RestoreTarget, Restoring};
 pub use warehouse::{TableRef, Warehouse};

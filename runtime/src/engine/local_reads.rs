@@ -17,9 +17,9 @@ pub enum LocalReads {
     IoUring,
 }
 
-/// Set to `blocking` to keep Lance's default reader (say, where a security policy rules
-/// io_uring out even though the kernel offers it).
-pub const LOCAL_READS_ENV: &str = "LAKE_LOCAL_READS";
+/// `blocking` keeps Lance's default reader (say, where a security policy rules io_uring out
+/// even though the kernel offers it).
+use lake_common::config::LAKE_LOCAL_READS as LOCAL_READS_ENV;
 /// Lance's switch to an io_uring ring per calling thread: that mode panics on a multi-threaded
 /// runtime (measured: the server died on its first search), so with it set, lake never asks for
 /// io_uring.

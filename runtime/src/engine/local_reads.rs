@@ -25,6 +25,22 @@ use lake_common::config::LAKE_LOCAL_READS as LOCAL_READS_ENV;
 /// io_uring.
 const LANCE_CURRENT_THREAD_ENV: &str = "LANCE_URING_CURRENT_THREAD";
 
+/// Lance's io_uring threads wait this long for a read while idle, then wake only to log (a read
+/// arriving wakes them at once, whatever it is). Lance's 10 ms made an idle lake switch context
+/// about 200 times a second for good (measured); lake's default is a second.
+const IDLE_POLL_ENV: &str = "LANCE_URING_POLL_TIMEOUT_MS";
+const IDLE_POLL_MS: &str = "1000";
+
+/// Lake's defaults for Lance's io_uring settings, where the environment sets none. Call at the
+/// top of `main`, before the process starts a thread.
+pub fn default_lance_settings() {
+    if std::env::var_os(IDLE_POLL_ENV).is_none() {
+        // SAFETY: `main` calls this before it starts any thread (the runtime, the tracing
+        // writer, Lance's pools): nothing can read the environment at the same time.
+        unsafe { std::env::set_var(IDLE_POLL_ENV, IDLE_POLL_MS) };
+    }
+}
+
 impl LocalReads {
     /// The reader for this process: io_uring when it works here, decided once and logged.
     pub fn detected() -> Self {

@@ -32,7 +32,7 @@ use crate::store::StoreError;
 pub use index::{
     IndexDefinition, IndexKind, IndexListing, TextOptions, VectorMetric, VectorOptions, indices,
 };
-pub use local_reads::LocalReads;
+pub use local_reads::{LocalReads, default_lance_settings};
 pub use maintain::{Compaction, Removal, VersionTime, is_conflict};
 pub use restore::{RestorePoint, RestoreTarget, Restoring};
 pub use warehouse::{TableRef, Warehouse};

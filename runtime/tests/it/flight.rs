@@ -465,3 +465,59 @@ fn session_options_select_the_schema() {
     assert!(ok, "session options suite failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
 }
+
+/// Context switches of every thread of `pid` that lives through both readings.
+fn context_switches(pid: u32) -> std::collections::HashMap<String, u64> {
+    let mut by_thread = std::collections::HashMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap();
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue; // the thread ended meanwhile
+        };
+        let switches = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        by_thread.insert(task.file_name().to_string_lossy().into_owned(), switches);
+    }
+    by_thread
+}
+
+/// After a query has read a local table (through io_uring, where the kernel allows it: Lance's
+/// ring threads then exist; a file smaller than a block is read in one go, without them), an
+/// idle lake sleeps: Lance's 10 ms idle poll woke it about 200 times a second.
+#[test]
+fn an_idle_lake_sleeps() {
+    let lake = LocalLake::start();
+    for (endpoint, statement) in [
+        (&lake.metadata, "CREATE SCHEMA s"),
+        (
+            &lake.metadata,
+            "CREATE TABLE s.t AS SELECT value AS id FROM generate_series(1, 200000)",
+        ),
+        (&lake.query, "SELECT count(*) FROM s.t WHERE id > 10"),
+    ] {
+        let (ok, _, stderr) = lake_sql(endpoint, statement, "csv");
+        assert!(ok, "{statement}: {stderr}");
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let pid = lake.child.id();
+    let before = context_switches(pid);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let after = context_switches(pid);
+    let woke: u64 = after
+        .iter()
+        .filter_map(|(thread, n)| Some(n - before.get(thread)?))
+        .sum();
+    let rings = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("lance-uring"))
+        .count();
+    assert!(
+        woke < 60,
+        "an idle lake switched context {woke} times in 3 s ({} threads, {rings} io_uring)",
+        after.len()
+    );
+}

@@ -181,7 +181,7 @@ impl QueryContext {
                     verify_marker(&kv, Authority::Manifests, &cluster).await?;
                     (
                         Arc::new(kv),
-                        Warehouse::local_for_reads(plan.warehouse()),
+                        Warehouse::Local(plan.warehouse().into()),
                         StageDescriptor::for_stage(plan.stage(), None)?,
                     )
                 }
@@ -261,7 +261,7 @@ impl MetadataContext {
                 (
                     registry,
                     manifests,
-                    Warehouse::local(plan.warehouse()),
+                    Warehouse::Local(plan.warehouse().into()),
                     Stage::open(plan.stage(), None)?,
                     cluster,
                 )

@@ -120,7 +120,7 @@ pub(crate) async fn run(
     limits: flight::Limits,
 ) -> Result<(), Failure> {
     let plan = crate::local_plan(data)?;
-    let engine = Engine::pinned(Warehouse::local_for_reads(plan.query().warehouse()));
+    let engine = Engine::pinned(Warehouse::Local(plan.query().warehouse().into()));
     let identity = WorkerIdentity::from_dir(identity)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await

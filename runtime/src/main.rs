@@ -248,8 +248,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // First: it sets environment variables, which is only sound before any thread starts.
-    lake_runtime::engine::default_lance_settings();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

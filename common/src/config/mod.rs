@@ -58,13 +58,9 @@ pub const LAKE_MAX_CONCURRENT_QUERIES: &str = "LAKE_MAX_CONCURRENT_QUERIES";
 /// unset), and how much they may spill there together.
 pub const LAKE_SPILL_DIR: &str = "LAKE_SPILL_DIR";
 pub const LAKE_SPILL_LIMIT_MB: &str = "LAKE_SPILL_LIMIT_MB";
-/// `blocking` keeps Lance's default reader for a local warehouse; unset or `auto`, a query
-/// process reads through io_uring where the kernel allows it (read by the runtime itself, in
-/// every mode, `lake local` included).
-pub const LAKE_LOCAL_READS: &str = "LAKE_LOCAL_READS";
 
 /// Every variable of the contract.
-pub const ALL_VARS: [&str; 32] = [
+pub const ALL_VARS: [&str; 31] = [
     LAKE_ROLE,
     LAKE_WAREHOUSE,
     LAKE_STAGE,
@@ -96,7 +92,6 @@ pub const ALL_VARS: [&str; 32] = [
     LAKE_DISTRIBUTED_THRESHOLD_MB,
     LAKE_DISTRIBUTED_MAX_WORKERS,
     LAKE_DISTRIBUTED_TASK_MB,
-    LAKE_LOCAL_READS,
 ];
 
 /// The port each role listens on unless `LAKE_FLIGHT_ADDR` says otherwise.

@@ -2,7 +2,6 @@
 //! store. [`Engine`] reads (query and metadata); [`WriteEngine`] also writes (metadata only).
 
 mod index;
-mod local_reads;
 mod maintain;
 mod pinned;
 mod restore;
@@ -32,7 +31,6 @@ use crate::store::StoreError;
 pub use index::{
     IndexDefinition, IndexKind, IndexListing, TextOptions, VectorMetric, VectorOptions, indices,
 };
-pub use local_reads::{LocalReads, default_lance_settings};
 pub use maintain::{Compaction, Removal, VersionTime, is_conflict};
 pub use restore::{RestorePoint, RestoreTarget, Restoring};
 pub use warehouse::{TableRef, Warehouse};

@@ -22,20 +22,9 @@ impl Redactor {
         if trimmed.is_empty() {
             return Self::default();
         }
-        // Lance names a dataset by its path or by its URL (`file+uring://…` where a query
-        // process reads through io_uring, percent-encoded): each form is hidden.
-        let mut pairs = Vec::new();
-        if let Ok(url) = url::Url::from_directory_path(&trimmed) {
-            let encoded = url.path().trim_end_matches('/').to_owned();
-            pairs.push((format!("file+uring://{encoded}"), "<data>"));
-            if encoded != trimmed {
-                pairs.push((format!("file://{encoded}"), "<data>"));
-                pairs.push((encoded, "<data>"));
-            }
+        Self {
+            pairs: vec![(format!("file://{trimmed}"), "<data>"), (trimmed, "<data>")],
         }
-        pairs.push((format!("file://{trimmed}"), "<data>"));
-        pairs.push((trimmed, "<data>"));
-        Self { pairs }
     }
 
     pub(super) fn text(&self, text: &str) -> String {
@@ -118,25 +107,9 @@ mod tests {
                 "cannot open <data>/sales/t.lance",
             ),
             ("uri=file:///srv/lake/_lake/x", "uri=<data>/_lake/x"),
-            (
-                "uri=file+uring:///srv/lake/s/t.lance",
-                "uri=<data>/s/t.lance",
-            ),
             ("nothing private", "nothing private"),
         ] {
             assert_eq!(r.text(text), want);
-        }
-        // A directory a URL must encode: each form Lance may print.
-        let spaced = Redactor::for_data_dir(std::path::Path::new("/srv/my lake"));
-        for (text, want) in [
-            (
-                "at file+uring:///srv/my%20lake/s/t.lance",
-                "at <data>/s/t.lance",
-            ),
-            ("at /srv/my%20lake/s/t.lance", "at <data>/s/t.lance"),
-            ("at /srv/my lake/s/t.lance", "at <data>/s/t.lance"),
-        ] {
-            assert_eq!(spaced.text(text), want);
         }
         let s = r.status(Status::not_found("no /srv/lake/a"));
         assert_eq!(

@@ -83,7 +83,7 @@ impl LakeFlightSql {
     }
 
     fn with_redactor(mut self) -> Self {
-        if let crate::engine::Warehouse::Local(root, _) = self.engine().warehouse() {
+        if let crate::engine::Warehouse::Local(root) = self.engine().warehouse() {
             self.redactor = Redactor::for_data_dir(root);
         }
         self

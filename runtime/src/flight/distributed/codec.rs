@@ -237,7 +237,7 @@ mod tests {
     use crate::engine::Warehouse;
 
     fn codec() -> LakeCodec {
-        LakeCodec::new(Engine::pinned(Warehouse::local(std::env::temp_dir())))
+        LakeCodec::new(Engine::pinned(Warehouse::Local(std::env::temp_dir())))
     }
 
     fn scan(namespace: &str, projection: &[&str]) -> Vec<u8> {

@@ -214,7 +214,7 @@ async fn every_statement_is_classified_as_what_it_does() {
     let dir = tempfile::tempdir().unwrap();
     let kv = Arc::new(EmbeddedStore::open(&dir.path().join("manifests.redb"), true).unwrap());
     let engine = WriteEngine::new(
-        Warehouse::local(dir.path().join("warehouse")),
+        Warehouse::Local(dir.path().join("warehouse")),
         ManifestStore::new(kv),
     );
     let t = TableRef::new(

@@ -12,17 +12,24 @@ use tonic::Status;
 pub(super) struct Redactor {
     /// (private text, what clients see instead), longest first.
     pairs: Vec<(String, &'static str)>,
+    /// The directory as Lance's object store names it, without the leading slash (EXPLAIN's
+    /// `LanceRead: uri=srv/lake/s/t.lance/data`, its not-found errors): hidden only where a
+    /// path starts, so that a short name inside a word stays.
+    object_path: Option<String>,
 }
 
 impl Redactor {
-    /// Hides `data_dir` (and its `file://` form).
+    /// Hides `data_dir` (its `file://` form, and its object-store path).
     pub(super) fn for_data_dir(data_dir: &std::path::Path) -> Self {
         let dir = data_dir.display().to_string();
         let trimmed = dir.trim_end_matches('/').to_owned();
         if trimmed.is_empty() {
             return Self::default();
         }
+        let object_path = trimmed.trim_start_matches('/');
         Self {
+            object_path: (!object_path.is_empty() && object_path != trimmed)
+                .then(|| object_path.to_owned()),
             pairs: vec![(format!("file://{trimmed}"), "<data>"), (trimmed, "<data>")],
         }
     }
@@ -34,7 +41,10 @@ impl Redactor {
                 out = out.replace(private.as_str(), public);
             }
         }
-        out
+        match &self.object_path {
+            Some(path) if out.contains(path.as_str()) => at_path_starts(&out, path, "<data>"),
+            _ => out,
+        }
     }
 
     pub(super) fn status(&self, status: Status) -> Status {
@@ -94,6 +104,30 @@ impl Redactor {
     }
 }
 
+/// `text` with `path` replaced where it is a whole path component sequence: not preceded by a
+/// character a path could continue from, and followed by `/` or a character no name holds.
+fn at_path_starts(text: &str, path: &str, public: &str) -> String {
+    let in_name = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    for (at, _) in text.match_indices(path) {
+        if at < rest {
+            continue;
+        }
+        let before = text[..at].chars().next_back();
+        let after = text[at + path.len()..].chars().next();
+        let starts = before.is_none_or(|c| !in_name(c));
+        let ends = after.is_none_or(|c| c == '/' || !in_name(c));
+        if starts && ends {
+            out.push_str(&text[rest..at]);
+            out.push_str(public);
+            rest = at + path.len();
+        }
+    }
+    out.push_str(&text[rest..]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +141,18 @@ mod tests {
                 "cannot open <data>/sales/t.lance",
             ),
             ("uri=file:///srv/lake/_lake/x", "uri=<data>/_lake/x"),
+            (
+                "LanceRead: uri=srv/lake/s/t.lance/data, projection=[id]",
+                "LanceRead: uri=<data>/s/t.lance/data, projection=[id]",
+            ),
+            (
+                "Not found: srv/lake/s/t.lance/_versions/1.manifest",
+                "Not found: <data>/s/t.lance/_versions/1.manifest",
+            ),
+            ("at 'srv/lake'", "at '<data>'"),
+            // Not the directory: a longer name, or a path that only ends like it.
+            ("srv/lakehouse/x", "srv/lakehouse/x"),
+            ("xsrv/lake/a", "xsrv/lake/a"),
             ("nothing private", "nothing private"),
         ] {
             assert_eq!(r.text(text), want);

@@ -178,6 +178,13 @@ fn hostile_clients_an_unreadable_table_hides_nothing_else() {
         !stderr.contains(data.to_str().unwrap()),
         "the data directory reached the client: {stderr}"
     );
+    // EXPLAIN names Lance's scan by its object-store path: the directory without its slash.
+    let plan = sql_ok(&lake.query, "EXPLAIN SELECT * FROM sales.good");
+    let bare = data.to_str().unwrap().trim_start_matches('/');
+    assert!(
+        !plan.contains(bare) && plan.contains("<data>/sales/good.lance"),
+        "the data directory reached the client: {plan}"
+    );
     assert_eq!(sql_ok(&lake.query, "SELECT id FROM sales.good"), "id\n1\n");
 }
 

@@ -10,45 +10,41 @@ use tonic::Status;
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct Redactor {
-    /// (private text, what clients see instead), longest first.
-    pairs: Vec<(String, &'static str)>,
-    /// The directory as Lance's object store names it, without the leading slash (EXPLAIN's
-    /// `LanceRead: uri=srv/lake/s/t.lance/data`, its not-found errors): hidden only where a
-    /// path starts, so that a short name inside a word stays.
-    object_path: Option<String>,
+    /// The forms of the data directory a message may carry, longest first: its `file://` URL,
+    /// its path, and its object-store path (no leading slash: EXPLAIN's `LanceRead:
+    /// uri=srv/lake/s/t.lance/data`, Lance's not-found errors). Each becomes `<data>` where a
+    /// path starts and ends, so that a name merely containing one stays.
+    forms: Vec<String>,
 }
 
 impl Redactor {
-    /// Hides `data_dir` (its `file://` form, and its object-store path).
+    /// Hides `data_dir` in each of its forms.
     pub(super) fn for_data_dir(data_dir: &std::path::Path) -> Self {
         let dir = data_dir.display().to_string();
-        let trimmed = dir.trim_end_matches('/').to_owned();
+        let trimmed = dir.trim_end_matches('/');
         if trimmed.is_empty() {
             return Self::default();
         }
+        let mut forms = vec![format!("file://{trimmed}"), trimmed.to_owned()];
         let object_path = trimmed.trim_start_matches('/');
-        Self {
-            object_path: (!object_path.is_empty() && object_path != trimmed)
-                .then(|| object_path.to_owned()),
-            pairs: vec![(format!("file://{trimmed}"), "<data>"), (trimmed, "<data>")],
+        if !object_path.is_empty() && object_path != trimmed {
+            forms.push(object_path.to_owned());
         }
+        Self { forms }
     }
 
     pub(super) fn text(&self, text: &str) -> String {
         let mut out = text.to_owned();
-        for (private, public) in &self.pairs {
-            if out.contains(private.as_str()) {
-                out = out.replace(private.as_str(), public);
+        for form in &self.forms {
+            if out.contains(form.as_str()) {
+                out = at_path_starts(&out, form, "<data>");
             }
         }
-        match &self.object_path {
-            Some(path) if out.contains(path.as_str()) => at_path_starts(&out, path, "<data>"),
-            _ => out,
-        }
+        out
     }
 
     pub(super) fn status(&self, status: Status) -> Status {
-        if self.pairs.is_empty() {
+        if self.forms.is_empty() {
             return status;
         }
         let message = self.text(status.message());
@@ -60,7 +56,7 @@ impl Redactor {
 
     /// Every string column of `batch` (EXPLAIN's plan text), redacted.
     pub(super) fn batch(&self, batch: RecordBatch) -> RecordBatch {
-        if self.pairs.is_empty() {
+        if self.forms.is_empty() {
             return batch;
         }
         let columns: Vec<ArrayRef> = batch
@@ -153,6 +149,7 @@ mod tests {
             // Not the directory: a longer name, or a path that only ends like it.
             ("srv/lakehouse/x", "srv/lakehouse/x"),
             ("xsrv/lake/a", "xsrv/lake/a"),
+            ("/mnt/srv/lake/x", "/mnt/srv/lake/x"),
             ("nothing private", "nothing private"),
         ] {
             assert_eq!(r.text(text), want);

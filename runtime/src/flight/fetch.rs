@@ -102,6 +102,11 @@ impl LakeFlightSql {
                 // its function registries).
                 let mut state = ctx.state();
                 let optimized = state.optimize(&plan).map_err(sql::status)?;
+                if !super::bounded::builds_more_than_it_reads(&optimized) {
+                    state
+                        .config_mut()
+                        .set_extension(Arc::new(super::distributed::LargeScanBatches));
+                }
                 // A statement that only reads k rows from vector indices runs in one
                 // partition: spreading k rows over workers costs more hand-offs than it saves.
                 if super::search::reads_only_indexed_searches(&optimized)
@@ -154,6 +159,12 @@ fn on_the_wire(
     budget: usize,
 ) -> Result<Vec<RecordBatch>, FlightError> {
     let budget = i64::try_from(budget).unwrap_or(i64::MAX);
+    // A batch within half the budget as a whole goes out whole: no row of it is too large and
+    // no slice would be cut. Most batches are, and fixed-width or offset columns are summed
+    // without a pass over their rows (it was an eighth of a large read's CPU).
+    if super::repeat::wire_total(&batch).is_some_and(|total| total <= budget / 2) {
+        return Ok(vec![to_wire(batch, target)?]);
+    }
     let rows = super::repeat::wire_rows(&batch);
     let mut slices = Vec::new();
     let (mut start, mut held) = (0usize, 0i64);
@@ -242,4 +253,41 @@ pub(super) fn single(
     schema: SchemaRef,
 ) -> Response<DoGetStream> {
     Response::new(encode(schema, stream::iter([batch]).boxed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{ArrayRef, Int64Array, ListArray, StringArray};
+    use arrow::datatypes::Int64Type;
+
+    use super::*;
+
+    fn rows(slices: &[RecordBatch]) -> Vec<usize> {
+        slices.iter().map(RecordBatch::num_rows).collect()
+    }
+
+    /// A batch within half the budget goes out whole; a larger one in slices that each copy at
+    /// most half of it, whether its columns are summed at once (fixed widths, offsets) or row by
+    /// row (lists); a row past the budget is refused.
+    #[test]
+    fn a_batch_is_sent_whole_or_in_slices_within_the_budget() {
+        let ints: ArrayRef = Arc::new(Int64Array::from_iter_values(0..100));
+        let text: ArrayRef = Arc::new(StringArray::from_iter_values((0..100).map(|_| "1234")));
+        let lists: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(
+            (0..100).map(|i| Some(vec![Some(i)])),
+        ));
+        for column in [ints, text, lists] {
+            // Every row of a column measures the same: 8 (ints), 4 + 4 (text), 8 + 4 (a list).
+            let batch = RecordBatch::try_from_iter([("c", column)]).unwrap();
+            let schema = batch.schema();
+            let whole = on_the_wire(batch.clone(), &schema, 1 << 20).unwrap();
+            assert_eq!(rows(&whole), vec![100], "{}", schema.field(0));
+            let each: i64 = crate::flight::repeat::wire_rows(&batch)[0];
+            let budget = (each * 20) as usize;
+            let sliced = on_the_wire(batch.clone(), &schema, budget).unwrap();
+            assert_eq!(rows(&sliced), vec![10; 10], "{}", schema.field(0));
+            let refused = on_the_wire(batch, &schema, (each - 1) as usize);
+            assert!(refused.is_err(), "{}", schema.field(0));
+        }
+    }
 }

@@ -16,6 +16,7 @@ mod index;
 mod info;
 mod ingress;
 mod limits;
+mod modulo;
 mod nested;
 mod options;
 mod plans;

@@ -186,12 +186,13 @@ fn tokens_are_required_when_configured() {
 const READ_ALL: &str = r#"
 import sys, adbc_driver_flightsql.dbapi as flightsql
 with flightsql.connect(sys.argv[1], autocommit=True) as conn, conn.cursor() as cur:
-    cur.execute("SELECT * FROM big.t")
-    rows = batches = 0
+    cur.execute(sys.argv[2])
+    rows = batches = largest = 0
     for batch in cur.fetch_record_batch():
         rows += batch.num_rows
         batches += 1
-print(rows, batches)
+        largest = max(largest, batch.num_rows)
+print(rows, batches, largest)
 "#;
 
 #[test]
@@ -212,19 +213,35 @@ fn ten_million_rows_stream_without_holding_the_result() {
     // A fresh server, so its peak memory reflects the read alone.
     let lake = LocalLake::start_in(lake.stop(), &[]);
     let before = lake.peak_rss();
-    let (ok, stdout, stderr) = python(&["-c", READ_ALL, &lake.query]);
-    assert!(ok, "{stdout}{stderr}");
-    let counts: Vec<u64> = stdout
-        .split_whitespace()
-        .map(|n| n.parse().unwrap())
-        .collect();
+    let read = |sql: &str| -> Vec<u64> {
+        let (ok, stdout, stderr) = python(&["-c", READ_ALL, &lake.query, sql]);
+        assert!(ok, "{sql}: {stdout}{stderr}");
+        stdout
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect()
+    };
+    let counts = read("SELECT * FROM big.t");
     assert_eq!(counts[0], ROWS, "every row arrives");
     assert!(
         counts[1] > 100,
         "the result arrives in many batches, not one: {}",
         counts[1]
     );
+    // 32-byte rows: about 65,536 of them fill a 2 MiB message (Lance's byte limit is an
+    // estimate); Lance's own 8,192 cost a large read a fifth more time.
+    assert!(
+        (32 * 1024..=64 * 1024).contains(&counts[2]),
+        "the largest batch has {} rows; a scan reads up to 64Ki rows or 2 MiB a batch",
+        counts[2]
+    );
     let growth = lake.peak_rss().saturating_sub(before);
+    // A statement that may build more than it reads (here `repeat`, whose reservation is per
+    // batch) reads Lance's batches of 8,192 rows, which its measures are sized for.
+    let sql = "SELECT id, repeat(CAST(a AS VARCHAR), 2) FROM big.t WHERE id <= 200000";
+    assert_eq!(read(sql)[2], 8192, "{sql}");
+    let sql = "SELECT id FROM big.t WHERE id <= 200000";
+    assert!(read(sql)[2] > 8192, "{sql}");
     eprintln!(
         "10M rows in {} batches; server peak RSS grew {} MB for a {} MB result",
         counts[1],

@@ -33,14 +33,30 @@ impl ConcatOperator {
     }
 }
 
-fn two<T>(items: &[T]) -> Result<(&T, &T)> {
+/// The two operands of `operator` planned as a function call.
+pub(in crate::flight) fn operands<'a, T>(operator: &str, items: &'a [T]) -> Result<(&'a T, &'a T)> {
     match items {
         [left, right] => Ok((left, right)),
         _ => Err(DataFusionError::Internal(format!(
-            "{NAME} takes two operands, given {}",
+            "{operator} takes two operands, given {}",
             items.len()
         ))),
     }
+}
+
+/// The name `operator` gives its column (`a || b`), for its call: rewriting it renames nothing.
+pub(in crate::flight) fn operator_column(operator: Operator, args: &[Expr]) -> Result<String> {
+    let (left, right) = operands(&operator.to_string(), args)?;
+    Ok(format!(
+        "{} {} {}",
+        left.schema_name(),
+        operator,
+        right.schema_name()
+    ))
+}
+
+fn two<T>(items: &[T]) -> Result<(&T, &T)> {
+    operands(NAME, items)
 }
 
 impl ScalarUDFImpl for ConcatOperator {
@@ -54,13 +70,7 @@ impl ScalarUDFImpl for ConcatOperator {
 
     /// The name the operator gave its column (`a || b`), so that rewriting it renames nothing.
     fn schema_name(&self, args: &[Expr]) -> Result<String> {
-        let (left, right) = two(args)?;
-        Ok(format!(
-            "{} {} {}",
-            left.schema_name(),
-            Operator::StringConcat,
-            right.schema_name()
-        ))
+        operator_column(Operator::StringConcat, args)
     }
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {

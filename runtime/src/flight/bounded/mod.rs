@@ -42,6 +42,7 @@ use datafusion::prelude::SessionContext;
 
 use claim::CaseResult;
 use concat::ConcatOperator;
+pub(in crate::flight) use concat::{operands, operator_column};
 use deadline::Deadline;
 
 mod claim;
@@ -376,6 +377,48 @@ fn growth_of(udf: &ScalarUDF) -> Option<Growth> {
         })
 }
 
+/// Whether `plan` may build, from one batch it reads, more than that batch: UNNEST, a window
+/// function, or a call of a function that grows its input (`repeat`, `range`, a CASE's claimed
+/// result, …). Their measures and a call's reservation are per batch, sized for batches of the
+/// statement's size: such a statement reads its tables in batches of that size.
+pub(in crate::flight) fn builds_more_than_it_reads(plan: &LogicalPlan) -> bool {
+    let mut builds = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        if matches!(node, LogicalPlan::Unnest(_) | LogicalPlan::Window(_)) {
+            builds = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                let grows = match e {
+                    Expr::ScalarFunction(f) => match f.func.inner().downcast_ref::<Counted>() {
+                        Some(counted) => counted.growth.is_some(),
+                        None => growth_of(&f.func).is_some(),
+                    },
+                    Expr::Case(_) => true,
+                    Expr::BinaryExpr(BinaryExpr {
+                        op: Operator::StringConcat,
+                        ..
+                    }) => true,
+                    _ => false,
+                };
+                builds |= grows;
+                Ok(if grows {
+                    TreeNodeRecursion::Stop
+                } else {
+                    TreeNodeRecursion::Continue
+                })
+            })
+        })?;
+        Ok(if builds {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    builds
+}
+
 /// The statement of `ctx` runs again from now: its functions' time counts to `deadline`.
 pub(super) fn rearm(ctx: &SessionContext, deadline: Instant) {
     // Read in place: `ctx.state()` would copy the session's function registries.
@@ -423,6 +466,7 @@ pub(super) fn counted_worker_session(
             Arc::new(ScalarUDF::new_from_impl(CaseResult::new())),
             Arc::new(ScalarUDF::new_from_impl(ConcatOperator::new())),
             Arc::new(ScalarUDF::new_from_impl(Expand::new())),
+            super::modulo::remainder(),
         ]);
     counted_session(builder, budget)
 }
@@ -1341,6 +1385,32 @@ impl ScalarUDFImpl for Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Statements that may build more from a batch than it holds are told from plain reads.
+    #[tokio::test]
+    async fn statements_that_build_more_than_they_read() {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (a BIGINT, s VARCHAR, l BIGINT[])")
+            .await
+            .unwrap();
+        for (sql, builds) in [
+            ("SELECT a, s FROM t WHERE a % 7 = 0", false),
+            ("SELECT count(*), sum(a) FROM t GROUP BY s", false),
+            ("SELECT upper(s) FROM t", true),
+            ("SELECT repeat(s, 3) FROM t", true),
+            ("SELECT s || s FROM t", true),
+            ("SELECT CASE WHEN a > 0 THEN s END FROM t", true),
+            ("SELECT unnest(l) FROM t", true),
+            ("SELECT sum(a) OVER (ORDER BY a) FROM t", true),
+            (
+                "SELECT a FROM t WHERE a IN (SELECT length(repeat(s, 2)) FROM t)",
+                true,
+            ),
+        ] {
+            let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
+            assert_eq!(builds_more_than_it_reads(&plan), builds, "{sql}");
+        }
+    }
 
     #[test]
     fn series_lengths_follow_range_and_generate_series() {

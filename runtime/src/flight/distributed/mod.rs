@@ -28,7 +28,7 @@ use url::Url;
 
 pub use identity::{IdentityError, LOCAL_WORKER_NAME, WorkerIdentity};
 pub use peers::Peers;
-pub(in crate::flight) use table::LakeTable;
+pub(in crate::flight) use table::{LakeTable, LargeScanBatches};
 pub use worker::{WorkerError, serve_worker};
 
 use codec::LakeCodec;

@@ -186,7 +186,11 @@ impl Claims {
     fn claim(&mut self, batch: &arrow::array::RecordBatch) -> Result<()> {
         let own =
             batch.project(&(self.output.passed_on..batch.num_columns()).collect::<Vec<_>>())?;
-        let bytes: i64 = super::wire_rows(&own).iter().sum();
+        let bytes: i64 = super::wire_total(&own).unwrap_or_else(|| {
+            super::wire_rows(&own)
+                .iter()
+                .fold(0, |a, b| a.saturating_add(*b))
+        });
         self.batch
             .resize(usize::try_from(bytes).unwrap_or(usize::MAX));
         let held = self.pool.reserved();

@@ -634,6 +634,14 @@ pub(super) fn wire_rows(batch: &RecordBatch) -> Vec<i64> {
     widths::row_bytes(batch.columns().iter().map(|c| c.as_ref()), batch.num_rows())
 }
 
+/// What sending all of `batch` copies — the sum of [`wire_rows`] — when that needs no value per
+/// row (see [`widths::total`]).
+pub(super) fn wire_total(batch: &RecordBatch) -> Option<i64> {
+    batch.columns().iter().try_fold(0i64, |sum, column| {
+        Some(sum.saturating_add(widths::total(column.as_ref())?))
+    })
+}
+
 /// The widest row of `batch`, in bytes.
 fn widest(batch: &RecordBatch) -> i64 {
     widths::row_bytes(batch.columns().iter().map(|c| c.as_ref()), batch.num_rows())

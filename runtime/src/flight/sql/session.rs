@@ -102,6 +102,7 @@ pub(crate) async fn session(
         .with_runtime_env(runtime)
         .with_default_features()
         .with_optimizer_rule(Arc::new(NearestNeighbours))
+        .with_optimizer_rule(Arc::new(super::super::modulo::ConstantRemainder))
         .with_physical_optimizer_rule(Arc::new(BoundRepetition))
         .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator));
     // `contains_tokens(col, 'words')`: a filter Lance answers from the column's inverted index.

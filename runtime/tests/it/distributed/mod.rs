@@ -233,6 +233,15 @@ async fn distributed_scan_runs_on_every_worker() {
         }
     }
     assert_eq!(seen, (0..6).collect(), "every fragment read once:\n{plan}");
+    // `%` by a constant is planned as lake's own function (modulo.rs): workers decode it by
+    // name, in the scan's filter and in the plan above it.
+    let sql = "SELECT count(*), sum(id % 7) FROM d.t WHERE id % 3 = 0";
+    assert_eq!(answer(&client, sql).await, vec!["2000 | 6002".to_owned()]);
+    assert_eq!(
+        scan_tasks(&analyzed(&client, sql).await).len(),
+        3,
+        "{sql} was not spread"
+    );
     // A statement that also reads what only this process has (information_schema) runs here.
     let sql = "SELECT count(*) FROM information_schema.tables i JOIN d.t ON d.t.id = 1 \
                WHERE i.table_schema = 'd'";

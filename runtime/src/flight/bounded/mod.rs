@@ -400,6 +400,17 @@ pub(in crate::flight) fn builds_more_than_it_reads(plan: &LogicalPlan) -> bool {
                         op: Operator::StringConcat,
                         ..
                     }) => true,
+                    // A cast to a nested or fixed-size type builds its whole batch uncounted
+                    // (checked against the budget over 8,192 rows).
+                    Expr::Cast(Cast { field, .. }) | Expr::TryCast(TryCast { field, .. }) => {
+                        field.data_type().is_nested()
+                            || matches!(field.data_type(), DataType::FixedSizeBinary(_))
+                    }
+                    // A constant is copied into every row of its batch (one under
+                    // `EXPANDED_LITERAL_BYTES` without a counted call); grouping sets build a
+                    // row of group ids per set.
+                    Expr::Literal(value, _) => value.size() > 256,
+                    Expr::GroupingSet(_) => true,
                     _ => false,
                 };
                 builds |= grows;
@@ -1393,6 +1404,7 @@ mod tests {
         ctx.sql("CREATE TABLE t (a BIGINT, s VARCHAR, l BIGINT[])")
             .await
             .unwrap();
+        let long_constant = format!("SELECT a, '{}' FROM t", "x".repeat(4000));
         for (sql, builds) in [
             ("SELECT a, s FROM t WHERE a % 7 = 0", false),
             ("SELECT count(*), sum(a) FROM t GROUP BY s", false),
@@ -1406,6 +1418,12 @@ mod tests {
                 "SELECT a FROM t WHERE a IN (SELECT length(repeat(s, 2)) FROM t)",
                 true,
             ),
+            ("SELECT CAST(a AS VARCHAR), CAST(s AS BIGINT) FROM t", false),
+            ("SELECT TRY_CAST(l AS BIGINT[]) FROM t", true),
+            ("SELECT arrow_cast(s, 'FixedSizeBinary(16)') FROM t", true),
+            ("SELECT a, 'short' FROM t", false),
+            (&long_constant, true),
+            ("SELECT count(*) FROM t GROUP BY CUBE(a, s)", true),
         ] {
             let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
             assert_eq!(builds_more_than_it_reads(&plan), builds, "{sql}");

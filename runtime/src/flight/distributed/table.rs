@@ -1,7 +1,7 @@
 //! A lake table as DataFusion sees it: Lance's own provider, except in a statement being
 //! distributed, where a scan is a [`LakeScanExec`] that can be dealt out by fragment.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
@@ -33,8 +33,9 @@ pub(in crate::flight) struct LargeScanBatches;
 pub(in crate::flight) struct LakeTable {
     table: TableRef,
     lance: LanceTableProvider,
-    /// The same dataset, read in large batches.
-    large: LanceTableProvider,
+    /// The same dataset, read in large batches: made by the first scan that wants it (a
+    /// search or a write's read never does).
+    large: OnceLock<LanceTableProvider>,
     engine: Engine,
 }
 
@@ -44,13 +45,10 @@ impl LakeTable {
         table: TableRef,
         dataset: lance::dataset::Dataset,
     ) -> Self {
-        let dataset = Arc::new(dataset);
         Self {
             table,
-            lance: LanceTableProvider::new(dataset.clone(), false, false),
-            large: LanceTableProvider::new(dataset, false, false)
-                .with_batch_size(SCAN_BATCH_ROWS)
-                .with_batch_size_bytes(SCAN_BATCH_BYTES),
+            lance: LanceTableProvider::new(Arc::new(dataset), false, false),
+            large: OnceLock::new(),
             engine: engine.clone(),
         }
     }
@@ -88,7 +86,11 @@ impl TableProvider for LakeTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if state.config().get_extension::<Spread>().is_none() {
             let lance = match state.config().get_extension::<LargeScanBatches>() {
-                Some(_) => &self.large,
+                Some(_) => self.large.get_or_init(|| {
+                    LanceTableProvider::new(self.lance.dataset(), false, false)
+                        .with_batch_size(SCAN_BATCH_ROWS)
+                        .with_batch_size_bytes(SCAN_BATCH_BYTES)
+                }),
                 None => &self.lance,
             };
             return lance.scan(state, projection, filters, limit).await;

@@ -40,11 +40,13 @@ use datafusion::optimizer::analyzer::AnalyzerRule;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::prelude::SessionContext;
 
+pub(in crate::flight) use batches::builds_more_than_it_reads;
 use claim::CaseResult;
 use concat::ConcatOperator;
 pub(in crate::flight) use concat::{operands, operator_column};
 use deadline::Deadline;
 
+mod batches;
 mod claim;
 mod concat;
 mod deadline;
@@ -377,148 +379,6 @@ fn growth_of(udf: &ScalarUDF) -> Option<Growth> {
         })
 }
 
-/// Whether `plan` may build, from one batch it reads, more than that batch. Their measures and a
-/// call's reservation are per batch, sized for batches of the statement's size: such a statement
-/// reads its tables in batches of that size. Decided by what is known to build no more than it
-/// reads — plain reads, filters, joins, aggregates, sorts, limits, and expressions of columns,
-/// small constants, comparisons, arithmetic, flat casts and functions that do not grow their
-/// input: a plan node not listed here (a recursive query, an extension) counts as building more,
-/// and a new kind of expression must be classified before lake builds.
-pub(in crate::flight) fn builds_more_than_it_reads(plan: &LogicalPlan) -> bool {
-    let mut builds = false;
-    let _ = plan.apply_with_subqueries(|node| {
-        builds = !node_builds_no_more(node);
-        if !builds {
-            node.apply_expressions(|e| {
-                e.apply(|e| {
-                    builds = !builds_no_more(e);
-                    Ok(if builds {
-                        TreeNodeRecursion::Stop
-                    } else {
-                        TreeNodeRecursion::Continue
-                    })
-                })
-            })?;
-        }
-        Ok(if builds {
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
-    });
-    builds
-}
-
-/// Plan nodes whose output rows are their input's (or fewer, or a join's, which DataFusion
-/// cuts into batches of its configured size). UNNEST and windows are not: a row may become
-/// many, or carry a frame's worth of values.
-fn node_builds_no_more(node: &LogicalPlan) -> bool {
-    matches!(
-        node,
-        LogicalPlan::TableScan(_)
-            | LogicalPlan::Projection(_)
-            | LogicalPlan::Filter(_)
-            | LogicalPlan::Aggregate(_)
-            | LogicalPlan::Sort(_)
-            | LogicalPlan::Limit(_)
-            | LogicalPlan::Join(_)
-            | LogicalPlan::Union(_)
-            | LogicalPlan::Distinct(_)
-            | LogicalPlan::SubqueryAlias(_)
-            | LogicalPlan::Subquery(_)
-            | LogicalPlan::EmptyRelation(_)
-            | LogicalPlan::Values(_)
-    )
-}
-
-/// Whether the expression node `e` (its children are checked on their own) builds, per row, no
-/// more than a column's value, a small constant or a fixed-size result.
-fn builds_no_more(e: &Expr) -> bool {
-    match e {
-        Expr::Column(_)
-        | Expr::OuterReferenceColumn(..)
-        | Expr::Alias(_)
-        | Expr::Placeholder(_)
-        | Expr::ScalarVariable(..)
-        | Expr::Like(_)
-        | Expr::SimilarTo(_)
-        | Expr::Not(_)
-        | Expr::IsNull(_)
-        | Expr::IsNotNull(_)
-        | Expr::IsTrue(_)
-        | Expr::IsFalse(_)
-        | Expr::IsUnknown(_)
-        | Expr::IsNotTrue(_)
-        | Expr::IsNotFalse(_)
-        | Expr::IsNotUnknown(_)
-        | Expr::Negative(_)
-        | Expr::Between(_)
-        | Expr::InList(_)
-        | Expr::Exists(_)
-        | Expr::InSubquery(_)
-        | Expr::ScalarSubquery(_)
-        | Expr::SetComparison(_)
-        // One value per group, held in accumulators the memory pool counts.
-        | Expr::AggregateFunction(_) => true,
-        // A constant is copied into every row of its batch (one under `EXPANDED_LITERAL_BYTES`
-        // without a counted call).
-        Expr::Literal(value, _) => value.size() <= 256,
-        Expr::BinaryExpr(BinaryExpr { op, .. }) => matches!(
-            op,
-            Operator::Eq
-                | Operator::NotEq
-                | Operator::Lt
-                | Operator::LtEq
-                | Operator::Gt
-                | Operator::GtEq
-                | Operator::Plus
-                | Operator::Minus
-                | Operator::Multiply
-                | Operator::Divide
-                | Operator::IntegerDivide
-                | Operator::Modulo
-                | Operator::And
-                | Operator::Or
-                | Operator::IsDistinctFrom
-                | Operator::IsNotDistinctFrom
-                | Operator::RegexMatch
-                | Operator::RegexIMatch
-                | Operator::RegexNotMatch
-                | Operator::RegexNotIMatch
-                | Operator::LikeMatch
-                | Operator::ILikeMatch
-                | Operator::NotLikeMatch
-                | Operator::NotILikeMatch
-                | Operator::BitwiseAnd
-                | Operator::BitwiseOr
-                | Operator::BitwiseXor
-                | Operator::BitwiseShiftLeft
-                | Operator::BitwiseShiftRight
-        ),
-        // A cast to a nested or fixed-size type builds its whole batch uncounted (checked
-        // against the budget over 8,192 rows).
-        Expr::Cast(Cast { field, .. }) | Expr::TryCast(TryCast { field, .. }) => {
-            !(field.data_type().is_nested()
-                || matches!(field.data_type(), DataType::FixedSizeBinary(_)))
-        }
-        Expr::ScalarFunction(f) => match f.func.inner().downcast_ref::<Counted>() {
-            Some(counted) => counted.growth.is_none(),
-            None => growth_of(&f.func).is_none(),
-        },
-        // A CASE's result is claimed after it ran; grouping sets build a row of group ids per
-        // set; windows, UNNEST and lambdas build per row what their input does not bound.
-        Expr::Case(_)
-        | Expr::GroupingSet(_)
-        | Expr::WindowFunction(_)
-        | Expr::Unnest(_)
-        | Expr::HigherOrderFunction(_)
-        | Expr::Lambda(_)
-        | Expr::LambdaVariable(_) => false,
-        #[expect(deprecated)]
-        Expr::Wildcard { .. } => false,
-    }
-}
-
 /// The statement of `ctx` runs again from now: its functions' time counts to `deadline`.
 pub(super) fn rearm(ctx: &SessionContext, deadline: Instant) {
     // Read in place: `ctx.state()` would copy the session's function registries.
@@ -701,11 +561,15 @@ fn expand(e: Expr, budget: &Budget) -> Expr {
 }
 
 /// A constant of at least `large` bytes, or an uncorrelated scalar subquery: a value of any
-/// size, known only once it ran, that its operator copies into every row like a constant.
+/// size, known only once it ran, that its operator copies into every row like a constant —
+/// cast or not (a cast of one value is one value).
 fn is_large(e: &Expr, large: usize) -> bool {
     match e {
         Expr::Literal(v, _) => v.size() >= large,
         Expr::ScalarSubquery(_) => true,
+        Expr::Cast(Cast { expr, .. }) | Expr::TryCast(TryCast { expr, .. }) => {
+            is_large(expr, large)
+        }
         _ => false,
     }
 }
@@ -1485,54 +1349,6 @@ impl ScalarUDFImpl for Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Statements that may build more from a batch than it holds are told from plain reads.
-    #[tokio::test]
-    async fn statements_that_build_more_than_they_read() {
-        let ctx = SessionContext::new();
-        ctx.sql("CREATE TABLE t (a BIGINT, s VARCHAR, l BIGINT[])")
-            .await
-            .unwrap();
-        let long_constant = format!("SELECT a, '{}' FROM t", "x".repeat(4000));
-        for (sql, builds) in [
-            ("SELECT a, s FROM t WHERE a % 7 = 0", false),
-            ("SELECT count(*), sum(a) FROM t GROUP BY s", false),
-            ("SELECT upper(s) FROM t", true),
-            ("SELECT repeat(s, 3) FROM t", true),
-            ("SELECT s || s FROM t", true),
-            ("SELECT CASE WHEN a > 0 THEN s END FROM t", true),
-            ("SELECT unnest(l) FROM t", true),
-            ("SELECT sum(a) OVER (ORDER BY a) FROM t", true),
-            (
-                "SELECT a FROM t WHERE a IN (SELECT length(repeat(s, 2)) FROM t)",
-                true,
-            ),
-            ("SELECT CAST(a AS VARCHAR), CAST(s AS BIGINT) FROM t", false),
-            ("SELECT TRY_CAST(l AS BIGINT[]) FROM t", true),
-            ("SELECT arrow_cast(s, 'FixedSizeBinary(16)') FROM t", true),
-            ("SELECT a, 'short' FROM t", false),
-            (&long_constant, true),
-            ("SELECT count(*) FROM t GROUP BY CUBE(a, s)", true),
-            (
-                "SELECT s FROM t WHERE a BETWEEN 1 AND 9 AND s LIKE 'x%' ORDER BY a LIMIT 3",
-                false,
-            ),
-            (
-                "SELECT t.a FROM t JOIN t AS u ON t.a = u.a UNION ALL SELECT 1",
-                false,
-            ),
-            ("SELECT length(s), abs(a) FROM t WHERE a IN (1, 2)", false),
-            // Not known to build no more than it reads: a node not listed.
-            (
-                "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3) \
-                 SELECT n FROM r",
-                true,
-            ),
-        ] {
-            let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
-            assert_eq!(builds_more_than_it_reads(&plan), builds, "{sql}");
-        }
-    }
 
     #[test]
     fn series_lengths_follow_range_and_generate_series() {

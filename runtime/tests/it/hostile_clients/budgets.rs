@@ -344,6 +344,12 @@ fn beyond_functions() -> Vec<String> {
             "SELECT (SELECT repeat(CAST(value AS VARCHAR), 100000000) FROM \
              generate_series(1, 1)) AS x FROM generate_series(1, 10000)",
         ),
+        // … and the same through a cast, which copies its one value into every row too: 10 MB
+        // into 8,192 rows, 80 GB (the process died of it).
+        String::from(
+            "SELECT arrow_cast((SELECT repeat(CAST(value AS VARCHAR), 10000000) FROM \
+             generate_series(1, 1)), 'LargeBinary') AS x FROM generate_series(1, 10000)",
+        ),
         // A window over the whole input holds all of it: 100,000 rows of 10 KB, 1 GB, each
         // batch of 80 MB within the budget.
         String::from(

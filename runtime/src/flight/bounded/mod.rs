@@ -45,11 +45,13 @@ use claim::CaseResult;
 use concat::ConcatOperator;
 pub(in crate::flight) use concat::{operands, operator_column};
 use deadline::Deadline;
+use expand::Expand;
 
 mod batches;
 mod claim;
 mod concat;
 mod deadline;
+mod expand;
 
 /// The largest value one call may produce, whatever the budget.
 pub(super) const MAX_VALUE_BYTES: i64 = 256 * 1024 * 1024;
@@ -490,9 +492,15 @@ fn is_case_result(f: &ScalarFunction) -> bool {
         .is_some_and(|c| c.growth == Some(Growth::Claim))
 }
 
-fn count_plan(plan: LogicalPlan, budget: &Budget) -> Result<Transformed<LogicalPlan>> {
+/// `plan` with every function call counted against `budget`; once it is optimized,
+/// with every large value an operator copies into its rows counted too — not before, so that
+/// DataFusion's rules may still drop a constant key (a volatile call is never dropped).
+fn count_plan(
+    plan: LogicalPlan,
+    budget: &Budget,
+    optimized: bool,
+) -> Result<Transformed<LogicalPlan>> {
     plan.transform_up_with_subqueries(|node| {
-        let projection = matches!(node, LogicalPlan::Projection(_));
         let mut constants = 0usize;
         for e in node.expressions() {
             e.apply(|e| {
@@ -510,14 +518,14 @@ fn count_plan(plan: LogicalPlan, budget: &Budget) -> Result<Transformed<LogicalP
         } else {
             EXPANDED_LITERAL_BYTES
         };
+        let kind = expand::Node::of(&node);
         node.map_expressions(|e| {
-            let e = if projection {
-                expand_projected_constant(e, large, budget)?
+            let e = if optimized {
+                expand::expand_values(kind, e, large, budget)?
             } else {
                 Transformed::no(e)
             };
-            e.transform_data(|e| expand_copied_constants(e, large, budget))?
-                .transform_data(|e| count_calls(e, budget))
+            e.transform_data(|e| count_calls(e, budget))
         })
     })
 }
@@ -549,154 +557,13 @@ fn widest_fixed(data_type: &DataType) -> Option<i64> {
     fixed_width(data_type).max(nested)
 }
 
-/// A constant of at least `large` bytes as a counted call that copies it into the batch's rows.
-fn expand(e: Expr, budget: &Budget) -> Expr {
-    Expr::ScalarFunction(ScalarFunction::new_udf(
-        Arc::new(counted(
-            Arc::new(ScalarUDF::new_from_impl(Expand::new())),
-            budget,
-        )),
-        vec![e],
-    ))
-}
-
-/// A constant of at least `large` bytes, or an uncorrelated scalar subquery: a value of any
-/// size, known only once it ran, that its operator copies into every row like a constant —
-/// cast or not (a cast of one value is one value).
-fn is_large(e: &Expr, large: usize) -> bool {
-    match e {
-        Expr::Literal(v, _) => v.size() >= large,
-        Expr::ScalarSubquery(_) => true,
-        Expr::Cast(Cast { expr, .. }) | Expr::TryCast(TryCast { expr, .. }) => {
-            is_large(expr, large)
-        }
-        _ => false,
-    }
-}
-
-/// A projection's output `expr`, if it is a large constant, copied into its rows by a counted
-/// call (keeping its name).
-fn expand_projected_constant(
-    expr: Expr,
-    large: usize,
-    budget: &Budget,
-) -> Result<Transformed<Expr>> {
-    Ok(match expr {
-        Expr::Alias(mut alias) if is_large(&alias.expr, large) => {
-            alias.expr = Box::new(expand(*alias.expr, budget));
-            Transformed::yes(Expr::Alias(alias))
-        }
-        e if is_large(&e, large) => {
-            let name = e.schema_name().to_string();
-            Transformed::yes(expand(e, budget).alias(name))
-        }
-        e => Transformed::no(e),
-    })
-}
-
-/// Large constants where an expression copies them once per row: what a CASE returns, an
-/// aggregate's or a window function's argument. (Comparisons, IN lists and LIKE patterns keep
-/// theirs as one value; `||` is a counted call, see [`concat`].)
-fn expand_copied_constants(expr: Expr, large: usize, budget: &Budget) -> Result<Transformed<Expr>> {
-    let wrap = |e: Box<Expr>, changed: &mut bool| -> Box<Expr> {
-        if is_large(&e, large) {
-            *changed = true;
-            Box::new(expand(*e, budget))
-        } else {
-            e
-        }
-    };
-    let wrap_all = |args: Vec<Expr>, changed: &mut bool| -> Vec<Expr> {
-        args.into_iter()
-            .map(|e| *wrap(Box::new(e), changed))
-            .collect()
-    };
-    expr.transform_up(|e| {
-        let mut changed = false;
-        let e = match e {
-            Expr::Case(mut c) => {
-                c.when_then_expr = c
-                    .when_then_expr
-                    .into_iter()
-                    .map(|(when, then)| (when, wrap(then, &mut changed)))
-                    .collect();
-                c.else_expr = c.else_expr.map(|e| wrap(e, &mut changed));
-                Expr::Case(c)
-            }
-            Expr::AggregateFunction(mut a) => {
-                a.params.args = wrap_all(a.params.args, &mut changed);
-                Expr::AggregateFunction(a)
-            }
-            Expr::WindowFunction(mut w) => {
-                w.params.args = wrap_all(w.params.args, &mut changed);
-                Expr::WindowFunction(w)
-            }
-            other => other,
-        };
-        Ok(if changed {
-            Transformed::yes(e)
-        } else {
-            Transformed::no(e)
-        })
-    })
-}
-
-/// `lake_expand(v)`: the constant `v` as an array of the batch's rows. What a projection would
-/// do with it anyway, but as a call: counted against the budget before the copy is made. Volatile,
-/// so that it is never folded back into a constant.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Expand {
-    signature: Signature,
-}
-
-impl Expand {
-    fn new() -> Self {
-        Self {
-            signature: Signature::any(1, datafusion::logical_expr::Volatility::Volatile),
-        }
-    }
-}
-
-impl ScalarUDFImpl for Expand {
-    fn name(&self) -> &str {
-        "lake_expand"
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        arg_types
-            .first()
-            .cloned()
-            .ok_or_else(|| DataFusionError::Internal("lake_expand takes one argument".into()))
-    }
-    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
-        args.arg_fields
-            .first()
-            .cloned()
-            .ok_or_else(|| DataFusionError::Internal("lake_expand takes one argument".into()))
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let rows = args.number_rows;
-        match args.args.into_iter().next() {
-            Some(ColumnarValue::Scalar(value)) => {
-                Ok(ColumnarValue::Array(value.to_array_of_size(rows)?))
-            }
-            Some(array) => Ok(array),
-            None => Err(DataFusionError::Internal(
-                "lake_expand takes one argument".into(),
-            )),
-        }
-    }
-}
-
 /// Wraps function calls that reach a plan without passing through the session's registry.
 #[derive(Debug)]
 struct CountEveryFunction(Budget);
 
 impl AnalyzerRule for CountEveryFunction {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        Ok(count_plan(plan, &self.0)?.data)
+        Ok(count_plan(plan, &self.0, false)?.data)
     }
 
     fn name(&self) -> &str {
@@ -714,7 +581,7 @@ impl OptimizerRule for CountEveryFunction {
         plan: LogicalPlan,
         _config: &dyn OptimizerConfig,
     ) -> Result<Transformed<LogicalPlan>> {
-        count_plan(plan, &self.0)
+        count_plan(plan, &self.0, true)
     }
 }
 

@@ -205,6 +205,15 @@ fn no_statement_outgrows_the_query_budget() {
         ),
         "n,c,l\n3889,100000,1001\n"
     );
+    // Small subqueries as keys keep their results and names.
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT (SELECT 'k') AS g, count(*) AS n, max(CASE (SELECT 'a') WHEN 'a' THEN value END) \
+             AS m FROM generate_series(1, 10) GROUP BY (SELECT 'k') ORDER BY (SELECT 1), n DESC"
+        ),
+        "g,n,m\nk,10,10\n"
+    );
     // A join repeats a 20 KB row: 8,192 copies of it fit.
     assert_eq!(
         sql_ok(
@@ -291,6 +300,10 @@ const WIDE_ROW: &str =
 const TWO_ROWS: &str = "SELECT value, repeat('x', CAST(100000000 / value AS BIGINT)) AS s \
                         FROM generate_series(1, 2)";
 
+/// A scalar subquery of 10 MB: a constant the planner cannot fold, known only when it runs.
+const BIG_SUBQUERY: &str =
+    "(SELECT repeat(CAST(value AS VARCHAR), 10000000) FROM generate_series(1, 1))";
+
 /// Statements whose memory is taken by operators, not functions: `||`, joins, UNNEST and
 /// window functions copy values no function call counted.
 fn beyond_functions() -> Vec<String> {
@@ -349,6 +362,27 @@ fn beyond_functions() -> Vec<String> {
         String::from(
             "SELECT arrow_cast((SELECT repeat(CAST(value AS VARCHAR), 10000000) FROM \
              generate_series(1, 1)), 'LargeBinary') AS x FROM generate_series(1, 10000)",
+        ),
+        // A 10 MB scalar subquery as a key is copied into every row the operator evaluates it
+        // for, 8,192 rows a batch: sort keys (the process died of ORDER BY and of an aggregate's
+        // ORDER BY), grouping and window keys, DISTINCT ON, an IN probe and a CASE operand.
+        format!(
+            "SELECT value FROM generate_series(1, 10000) ORDER BY {BIG_SUBQUERY}, value LIMIT 1"
+        ),
+        format!("SELECT array_agg(value ORDER BY {BIG_SUBQUERY}) FROM generate_series(1, 10000)"),
+        format!("SELECT count(*) FROM generate_series(1, 10000) GROUP BY {BIG_SUBQUERY}"),
+        format!("SELECT count(*) OVER (ORDER BY {BIG_SUBQUERY}) FROM generate_series(1, 10000)"),
+        format!(
+            "SELECT count(*) OVER (PARTITION BY {BIG_SUBQUERY}) FROM generate_series(1, 10000)"
+        ),
+        format!("SELECT DISTINCT ON ({BIG_SUBQUERY}) value FROM generate_series(1, 10000)"),
+        format!(
+            "SELECT count(*) FROM generate_series(1, 10000) WHERE {BIG_SUBQUERY} IN \
+             (CAST(value AS VARCHAR), CAST(value + 1 AS VARCHAR), CAST(value + 2 AS VARCHAR))"
+        ),
+        format!(
+            "SELECT CASE {BIG_SUBQUERY} WHEN CAST(value AS VARCHAR) THEN 1 END \
+             FROM generate_series(1, 10000)"
         ),
         // A window over the whole input holds all of it: 100,000 rows of 10 KB, 1 GB, each
         // batch of 80 MB within the budget.

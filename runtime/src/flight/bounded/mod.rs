@@ -51,7 +51,9 @@ mod batches;
 mod claim;
 mod concat;
 mod deadline;
+mod digest;
 mod expand;
+mod patterns;
 
 /// The largest value one call may produce, whatever the budget.
 pub(super) const MAX_VALUE_BYTES: i64 = 256 * 1024 * 1024;
@@ -201,6 +203,7 @@ impl Budget {
 fn shown(function: &str) -> String {
     match function {
         concat::NAME => function.to_owned(),
+        _ if patterns::is_operator(function) => function.to_owned(),
         claim::NAME => "a CASE".to_owned(),
         _ => format!("{function}()"),
     }
@@ -421,15 +424,14 @@ pub(super) fn counted_worker_session(
     mut builder: SessionStateBuilder,
     budget: &Budget,
 ) -> SessionStateBuilder {
-    builder
-        .scalar_functions()
-        .get_or_insert_with(Vec::new)
-        .extend([
-            Arc::new(ScalarUDF::new_from_impl(CaseResult::new())),
-            Arc::new(ScalarUDF::new_from_impl(ConcatOperator::new())),
-            Arc::new(ScalarUDF::new_from_impl(Expand::new())),
-            super::modulo::remainder(),
-        ]);
+    let functions = builder.scalar_functions().get_or_insert_with(Vec::new);
+    functions.extend([
+        Arc::new(ScalarUDF::new_from_impl(CaseResult::new())),
+        Arc::new(ScalarUDF::new_from_impl(ConcatOperator::new())),
+        Arc::new(ScalarUDF::new_from_impl(Expand::new())),
+        super::modulo::remainder(),
+    ]);
+    functions.extend(patterns::operators());
     counted_session(builder, budget)
 }
 
@@ -480,6 +482,13 @@ pub(super) fn count_calls(expr: Expr, budget: &Budget) -> Result<Transformed<Exp
                 ScalarFunction::new_udf(Arc::new(counted(operator, budget)), vec![*left, *right]),
             )))
         }
+        // A regular expression operator whose pattern is a column compiles every row's.
+        e @ Expr::BinaryExpr(_) => match patterns::operator_call(&e) {
+            Some((operator, args)) => Ok(Transformed::yes(Expr::ScalarFunction(
+                ScalarFunction::new_udf(Arc::new(counted(operator, budget)), args),
+            ))),
+            None => Ok(Transformed::no(e)),
+        },
         other => Ok(Transformed::no(other)),
     })
 }
@@ -510,6 +519,7 @@ fn count_plan(
                 if let Expr::Cast(Cast { field, .. }) | Expr::TryCast(TryCast { field, .. }) = e {
                     check_fixed_width(field.data_type(), budget)?;
                 }
+                digest::check_sketch(e)?;
                 Ok(TreeNodeRecursion::Continue)
             })?;
         }
@@ -1143,7 +1153,9 @@ impl ScalarUDFImpl for Counted {
                 }
                 None => None,
             };
-            self.inner.inner().invoke_with_args(args)?
+            patterns::by_pattern(name, args, &self.budget, |args| {
+                self.inner.inner().invoke_with_args(args)
+            })?
         };
         self.budget.claim(name, &out, &inputs)?;
         Ok(out)

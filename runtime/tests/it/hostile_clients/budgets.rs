@@ -196,6 +196,22 @@ fn no_statement_outgrows_the_query_budget() {
         "InvalidArgument",
     );
     assert!(stderr.contains("pull both ways"), "{stderr}");
+    // A percentile sketch of 2^31 centroids reserved 32 GiB when it first merged values.
+    for sql in [
+        "SELECT approx_percentile_cont(value, 0.5, 2147483647) FROM generate_series(1, 10)",
+        "SELECT approx_percentile_cont(0.5, 2147483647) WITHIN GROUP (ORDER BY value) \
+         FROM generate_series(1, 10)",
+    ] {
+        let stderr = refused(&mut lake, &query, sql, "InvalidArgument");
+        assert!(stderr.contains("centroids"), "{stderr}");
+    }
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT approx_percentile_cont(value, 0.5, 1000) AS p FROM generate_series(1, 9)"
+        ),
+        "p\n5.0\n"
+    );
     // Within the budget, the same functions work.
     assert_eq!(
         sql_ok(
@@ -271,6 +287,36 @@ fn functions_stop_at_the_statement_deadline() {
              AS a FROM generate_series(1, 1)"
         ),
         "a\ntrue\n"
+    );
+    // A pattern per row, each a few MB compiled: DataFusion kept every compiled one of a batch
+    // and the process died at a few thousand rows. They are compiled a group at a time within
+    // the budget, and the deadline stops them.
+    let stderr = refused(
+        &mut lake,
+        &query,
+        "SELECT count(*) FROM generate_series(1, 100000) WHERE regexp_like(CAST(value AS \
+         VARCHAR), '(' || repeat('a{100}', 100) || ')' || CAST(value AS VARCHAR))",
+        "DeadlineExceeded",
+    );
+    assert!(stderr.contains("LAKE_QUERY_TIMEOUT_SECONDS"), "{stderr}");
+    refused(
+        &mut lake,
+        &query,
+        "SELECT count(*) FROM generate_series(1, 100000) WHERE CAST(value AS VARCHAR) ~* \
+         ('(' || repeat('a{100}', 100) || ')' || CAST(value AS VARCHAR))",
+        "DeadlineExceeded",
+    );
+    // Patterns from a column that repeat are compiled once per batch, and match as they did.
+    let starts_with_remainder = (1..=20000u32)
+        .filter(|v| v.to_string().starts_with(&(v % 100).to_string()))
+        .count();
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT count(*) AS n FROM generate_series(1, 20000) WHERE CAST(value AS VARCHAR) ~ \
+             ('^' || CAST(value % 100 AS VARCHAR))"
+        ),
+        format!("n\n{starts_with_remainder}\n")
     );
     // 40 edit distances of 10^8 steps each, all folded while the statement is planned.
     let sum = (0..40)

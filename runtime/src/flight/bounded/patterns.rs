@@ -1,0 +1,485 @@
+//! Regular expressions whose pattern varies by row, compiled within the statement's budget.
+//!
+//! DataFusion's regular expression functions (and Arrow's kernel behind `~`) compile each
+//! distinct pattern of a batch once and keep every compiled one until the batch is done: a
+//! column of 8,192 distinct patterns of a few MB compiled each (`'(a{100}){100}' || value`)
+//! asked for tens of GB and aborted the process, with no pool seeing any of it. So a call whose
+//! pattern (or flags) is a column is split by pattern: each distinct pattern is compiled once
+//! here to measure what it holds ([`held_by`]), the patterns are grouped so that a group's
+//! compiled expressions fit a share of the budget ([`GROUP_BYTES`]), and the function runs
+//! once per group over that group's rows, with the group's size reserved from the query's pool
+//! while it runs. A pattern that alone would not fit is refused (RESOURCE_EXHAUSTED), and the
+//! statement's deadline is checked between patterns and between groups. A constant pattern is
+//! one expression: left as it is.
+//!
+//! `~`, `~*`, `!~` and `!~*` with a column pattern are DataFusion operators, which no function
+//! wrapper sees: they become calls of [`RegexOperator`] (same kernel, same name), counted like
+//! every function. (`SIMILAR TO` takes only a constant pattern.)
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, UInt32Array};
+use arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::logical_expr::{
+    BinaryExpr, ColumnarValue, Expr, Operator, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
+};
+
+use super::{Budget, MIB};
+
+/// The most compiled expressions one group of a call may hold, at most an eighth of the
+/// query's budget.
+const GROUP_BYTES: usize = 64 * MIB;
+
+/// What a compiled expression may hold beyond its own size while it searches: its lazy DFAs'
+/// caches, forwards and in reverse (2 MiB each in the `regex` crate).
+const SEARCH_CACHE_BYTES: usize = 4 * MIB;
+
+/// What a compiled expression's search caches may hold for each byte of the expression (its
+/// capture slots, the backtracker's visited set): about 4 times over, measured.
+const CACHE_PER_BYTE: usize = 4;
+
+/// Where a regular expression function takes its pattern and its flags.
+fn pattern_and_flags(function: &str) -> Option<(usize, Option<usize>)> {
+    Some(match function {
+        "regexp_like" | "regexp_match" => (1, Some(2)),
+        "regexp_replace" | "regexp_count" => (1, Some(3)),
+        "regexp_instr" => (1, Some(4)),
+        // An operator's flag is part of the operator (see `RegexOperator::flags`).
+        _ if RegexOperator::named(function).is_some() => (1, None),
+        _ => return None,
+    })
+}
+
+/// `function` over `args`, once per group of its rows' patterns when its pattern is a column
+/// (see the module's documentation); `call` runs the function.
+pub(super) fn by_pattern(
+    function: &str,
+    args: ScalarFunctionArgs,
+    budget: &Budget,
+    call: impl Fn(ScalarFunctionArgs) -> Result<ColumnarValue>,
+) -> Result<ColumnarValue> {
+    let Some((pattern_at, flags_at)) = pattern_and_flags(function) else {
+        return call(args);
+    };
+    let pattern = args.args.get(pattern_at);
+    let flags = flags_at.and_then(|i| args.args.get(i));
+    let varies = |a: Option<&ColumnarValue>| matches!(a, Some(ColumnarValue::Array(_)));
+    if !varies(pattern) && !varies(flags) {
+        return call(args);
+    }
+    let rows = args.number_rows;
+    let (patterns, flags) = (texts(pattern, rows)?, texts(flags, rows)?);
+    let operator_flags = RegexOperator::named(function).and_then(|op| op.flags());
+
+    // Each row's key: its pattern as compiled (flags first, as the functions write them).
+    let mut keys: HashMap<String, usize> = HashMap::new();
+    let mut key_of_row = Vec::with_capacity(rows);
+    let mut distinct = Vec::new();
+    for row in 0..rows {
+        let (Some(pattern), flags) = (patterns.at(row), flags.at(row).or(operator_flags)) else {
+            key_of_row.push(None);
+            continue;
+        };
+        let complete = match flags {
+            Some(flags) if !flags.is_empty() => format!("(?{flags}){pattern}"),
+            _ => pattern.to_owned(),
+        };
+        let next = keys.len();
+        let key = *keys.entry(complete).or_insert_with_key(|complete| {
+            distinct.push(complete.clone());
+            next
+        });
+        key_of_row.push(Some(key));
+    }
+    let mut held = Vec::with_capacity(distinct.len());
+    for complete in &distinct {
+        budget.deadline.check(function)?;
+        held.push(held_by(complete));
+    }
+
+    // Patterns in the order rows first name them, a group closed when the next would not fit.
+    let share = (budget.limit() / 8).min(GROUP_BYTES);
+    let mut group_of_key = Vec::with_capacity(held.len());
+    let mut group_bytes = vec![0usize];
+    for &bytes in &held {
+        let last = group_bytes.len() - 1;
+        if group_bytes[last] > 0 && group_bytes[last].saturating_add(bytes) > share {
+            group_bytes.push(bytes);
+        } else {
+            group_bytes[last] = group_bytes[last].saturating_add(bytes);
+        }
+        group_of_key.push(group_bytes.len() - 1);
+    }
+    if group_bytes.len() == 1 {
+        let _compiled = reserve(function, group_bytes[0], budget)?;
+        return call(args);
+    }
+
+    // Each group's rows (rows without a pattern go with the first), called on their own, then
+    // put back in their order.
+    let group_of_row: Vec<usize> = key_of_row
+        .iter()
+        .map(|key| key.map_or(0, |k| group_of_key[k]))
+        .collect();
+    let mut results: Vec<ArrayRef> = Vec::with_capacity(group_bytes.len());
+    let mut position = vec![(0usize, 0usize); rows];
+    for (group, &bytes) in group_bytes.iter().enumerate() {
+        budget.deadline.check(function)?;
+        let members: Vec<u32> = (0..rows)
+            .filter(|&row| group_of_row[row] == group)
+            .map(|row| u32::try_from(row).unwrap_or(u32::MAX))
+            .collect();
+        for (at, &row) in members.iter().enumerate() {
+            position[row as usize] = (results.len(), at);
+        }
+        let indices = UInt32Array::from(members);
+        let sub_args = args
+            .args
+            .iter()
+            .map(|a| match a {
+                ColumnarValue::Array(a) => Ok(ColumnarValue::Array(arrow::compute::take(
+                    a.as_ref(),
+                    &indices,
+                    None,
+                )?)),
+                scalar => Ok(scalar.clone()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let out = {
+            let _compiled = reserve(function, bytes, budget)?;
+            call(ScalarFunctionArgs {
+                args: sub_args,
+                arg_fields: args.arg_fields.clone(),
+                number_rows: indices.len(),
+                return_field: args.return_field.clone(),
+                config_options: args.config_options.clone(),
+            })?
+        };
+        results.push(out.to_array(indices.len())?);
+    }
+    let parts: Vec<&dyn Array> = results.iter().map(|a| a.as_ref()).collect();
+    Ok(ColumnarValue::Array(arrow::compute::interleave(
+        &parts, &position,
+    )?))
+}
+
+/// What `pattern` holds compiled, with its search caches at their largest; a pattern that does
+/// not compile holds the caches only (the function refuses it).
+fn held_by(pattern: &str) -> usize {
+    let compiled = regex_automata::meta::Regex::new(pattern).map_or(0, |re| re.memory_usage());
+    compiled
+        .saturating_mul(1 + CACHE_PER_BYTE)
+        .saturating_add(SEARCH_CACHE_BYTES)
+}
+
+fn reserve(function: &str, bytes: usize, budget: &Budget) -> Result<MemoryReservation> {
+    let reservation =
+        MemoryConsumer::new(format!("lake: {function}() patterns")).register(&budget.pool);
+    reservation.try_grow(bytes).map_err(|_| {
+        DataFusionError::ResourcesExhausted(format!(
+            "{}'s regular expressions would hold {bytes} bytes compiled; the query holds {} of \
+             its {} MiB (LAKE_QUERY_MEMORY_LIMIT_MB)",
+            super::shown(function),
+            budget.pool.reserved(),
+            budget.limit() / MIB
+        ))
+    })?;
+    Ok(reservation)
+}
+
+/// A text argument row by row.
+enum Texts {
+    Same(Option<String>),
+    Each(ArrayRef),
+}
+
+impl Texts {
+    fn at(&self, row: usize) -> Option<&str> {
+        match self {
+            Texts::Same(text) => text.as_deref(),
+            Texts::Each(array) if array.is_null(row) => None,
+            Texts::Each(array) => match array.data_type() {
+                DataType::Utf8 => Some(array.as_string::<i32>().value(row)),
+                DataType::LargeUtf8 => Some(array.as_string::<i64>().value(row)),
+                DataType::Utf8View => Some(array.as_string_view().value(row)),
+                _ => None,
+            },
+        }
+    }
+}
+
+fn texts(value: Option<&ColumnarValue>, rows: usize) -> Result<Texts> {
+    Ok(match value {
+        None => Texts::Same(None),
+        Some(ColumnarValue::Scalar(s)) => match s.cast_to(&DataType::Utf8)? {
+            ScalarValue::Utf8(text) => Texts::Same(text),
+            _ => Texts::Same(None),
+        },
+        Some(ColumnarValue::Array(a)) => {
+            debug_assert_eq!(a.len(), rows);
+            match a.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Texts::Each(a.clone()),
+                _ => Texts::Each(arrow::compute::cast(a, &DataType::Utf8)?),
+            }
+        }
+    })
+}
+
+/// `~`, `~*`, `!~` and `!~*` as a function call, evaluated by the kernel
+/// DataFusion's operator uses, so that its patterns are compiled by group (see [`by_pattern`]).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(super) struct RegexOperator {
+    name: &'static str,
+    signature: Signature,
+}
+
+/// Each operator's name (as it shows in a column's name), whether it negates, whether it
+/// ignores case.
+const OPERATORS: [(&str, bool, bool); 4] = [
+    ("~", false, false),
+    ("~*", false, true),
+    ("!~", true, false),
+    ("!~*", true, true),
+];
+
+impl RegexOperator {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+
+    fn named(name: &str) -> Option<Self> {
+        OPERATORS
+            .iter()
+            .find(|(known, ..)| *known == name)
+            .map(|(known, ..)| Self::new(known))
+    }
+
+    fn negated(&self) -> bool {
+        OPERATORS
+            .iter()
+            .any(|(n, negated, _)| *n == self.name && *negated)
+    }
+
+    fn flags(&self) -> Option<&'static str> {
+        OPERATORS
+            .iter()
+            .any(|(n, _, insensitive)| *n == self.name && *insensitive)
+            .then_some("i")
+    }
+}
+
+/// Whether `function` is one of the operators.
+pub(super) fn is_operator(function: &str) -> bool {
+    RegexOperator::named(function).is_some()
+}
+
+/// Every operator's function, for a worker to decode by name.
+pub(super) fn operators() -> impl Iterator<Item = Arc<ScalarUDF>> {
+    OPERATORS
+        .iter()
+        .map(|(name, ..)| Arc::new(ScalarUDF::new_from_impl(RegexOperator::new(name))))
+}
+
+/// `e` as a call of [`RegexOperator`] if it matches a regular expression taken from a column;
+/// a constant pattern (one expression) stays the operator DataFusion simplifies.
+pub(super) fn operator_call(e: &Expr) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
+        return None;
+    };
+    let name = match op {
+        Operator::RegexMatch => "~",
+        Operator::RegexIMatch => "~*",
+        Operator::RegexNotMatch => "!~",
+        Operator::RegexNotIMatch => "!~*",
+        _ => return None,
+    };
+    if right.column_refs().is_empty() {
+        return None;
+    }
+    let function = Arc::new(ScalarUDF::new_from_impl(RegexOperator::new(name)));
+    Some((
+        function,
+        vec![left.as_ref().clone(), right.as_ref().clone()],
+    ))
+}
+
+fn two<T>(items: &[T]) -> Result<(&T, &T)> {
+    super::operands("a regular expression operator", items)
+}
+
+impl ScalarUDFImpl for RegexOperator {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    /// The name the operator gave its column (`a ~ b`).
+    fn schema_name(&self, args: &[Expr]) -> Result<String> {
+        let (left, right) = two(args)?;
+        Ok(format!(
+            "{} {} {}",
+            left.schema_name(),
+            self.name,
+            right.schema_name()
+        ))
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    /// NULL only where an operand may be, as the operator's.
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        let (left, right) = two(args.arg_fields)?;
+        Ok(Arc::new(Field::new(
+            self.name,
+            DataType::Boolean,
+            left.is_nullable() || right.is_nullable(),
+        )))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let (left, right) = two(&args.args)?;
+        let rows = args.number_rows;
+        let left = left.to_array(rows)?;
+        // Type coercion made the operands one type; a pattern of another is made the text's.
+        let right = right.to_array(rows)?;
+        let right = if right.data_type() == left.data_type() {
+            right
+        } else {
+            arrow::compute::cast(&right, left.data_type())?
+        };
+        let flags = self.flags().map(|f| vec![Some(f); rows]);
+        let matched: BooleanArray = match left.data_type() {
+            DataType::Utf8 => arrow::compute::regexp_is_match(
+                left.as_string::<i32>(),
+                right.as_string::<i32>(),
+                flags.map(arrow::array::StringArray::from).as_ref(),
+            )?,
+            DataType::LargeUtf8 => arrow::compute::regexp_is_match(
+                left.as_string::<i64>(),
+                right.as_string::<i64>(),
+                flags.map(arrow::array::LargeStringArray::from).as_ref(),
+            )?,
+            DataType::Utf8View => arrow::compute::regexp_is_match(
+                left.as_string_view(),
+                right.as_string_view(),
+                flags.map(arrow::array::StringViewArray::from).as_ref(),
+            )?,
+            other => {
+                return Err(DataFusionError::Plan(format!(
+                    "{} takes text, not {other}",
+                    self.name
+                )));
+            }
+        };
+        let matched = if self.negated() {
+            arrow::compute::not(&matched)?
+        } else {
+            matched
+        };
+        Ok(ColumnarValue::Array(Arc::new(matched)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use datafusion::arrow::util::pretty::pretty_format_batches;
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::execution::memory_pool::GreedyMemoryPool;
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+
+    async fn run(ctx: &SessionContext, sql: &str) -> String {
+        let result = match ctx.sql(sql).await {
+            Ok(df) => df.collect().await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(batches) => pretty_format_batches(&batches)
+                .map(|t| t.to_string())
+                .unwrap_or_else(|e| e.to_string()),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    fn lake(pool_bytes: usize) -> SessionContext {
+        let budget = Budget::new(
+            Arc::new(GreedyMemoryPool::new(pool_bytes)),
+            Instant::now() + Duration::from_secs(60),
+            Duration::from_secs(60),
+        );
+        SessionContext::new_with_state(
+            super::super::counted_session(
+                SessionStateBuilder::new().with_default_features(),
+                &budget,
+            )
+            .build(),
+        )
+    }
+
+    /// Rows whose patterns (and flags) vary, some NULL.
+    const ROWS: &str = "(SELECT value, CAST(value AS VARCHAR) || 'Ab' AS s, \
+         CASE WHEN value % 5 = 0 THEN NULL ELSE '^' || CAST(value % 7 AS VARCHAR) || '.*b' END AS p, \
+         CASE WHEN value % 3 = 0 THEN 'i' ELSE 's' END AS f FROM generate_series(1, 60))";
+
+    /// Split into groups of two patterns or so (a 64 MiB budget), each function and operator
+    /// gives what DataFusion gives in one call: the same values, in the same rows, under the
+    /// same names.
+    #[tokio::test]
+    async fn grouped_patterns_keep_their_results_and_names() {
+        let lake = lake(64 << 20);
+        let plain = SessionContext::new();
+        for call in [
+            "regexp_like(s, p)",
+            "regexp_like(s, p, f)",
+            "regexp_match(s, '(' || p || ')')",
+            "regexp_replace(s, p, 'x')",
+            "regexp_replace(s, p, 'x', f)",
+            "regexp_count(s, p)",
+            "regexp_count(s, p, 1, f)",
+            "regexp_instr(s, p)",
+            "s ~ p",
+            "s ~* p",
+            "s !~ p",
+            "s !~* p",
+            "s ~ '^1'",
+        ] {
+            let sql = format!("SELECT value, {call} FROM {ROWS} ORDER BY value");
+            let want = run(&plain, &sql).await;
+            assert!(!want.starts_with("error"), "{sql}: {want}");
+            assert_eq!(run(&lake, &sql).await, want, "{sql}");
+        }
+    }
+
+    /// A pattern that alone holds more than the query may is refused before it is compiled
+    /// for the search (its measure is all that was built), and names the limit.
+    #[tokio::test]
+    async fn a_pattern_larger_than_the_budget_is_refused() {
+        let lake = lake(4 << 20);
+        let refused = run(
+            &lake,
+            "SELECT regexp_like(s, '(a{100}){100}' || s) FROM \
+             (SELECT CAST(value AS VARCHAR) AS s FROM generate_series(1, 3))",
+        )
+        .await;
+        assert!(
+            refused.contains("regular expressions would hold")
+                && refused.contains("LAKE_QUERY_MEMORY_LIMIT_MB"),
+            "{refused}"
+        );
+    }
+}

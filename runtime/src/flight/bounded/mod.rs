@@ -51,9 +51,9 @@ mod batches;
 mod claim;
 mod concat;
 mod deadline;
-mod digest;
 mod expand;
 mod patterns;
+mod sketches;
 
 /// The largest value one call may produce, whatever the budget.
 pub(super) const MAX_VALUE_BYTES: i64 = 256 * 1024 * 1024;
@@ -414,6 +414,11 @@ pub(in crate::flight) fn counted_session(
             *function = Arc::new(counted(function.clone(), budget));
         }
     }
+    if let Some(functions) = builder.aggregate_functions() {
+        for function in functions.iter_mut() {
+            *function = sketches::counted(function.clone(), budget);
+        }
+    }
     builder
 }
 
@@ -519,7 +524,7 @@ fn count_plan(
                 if let Expr::Cast(Cast { field, .. }) | Expr::TryCast(TryCast { field, .. }) = e {
                     check_fixed_width(field.data_type(), budget)?;
                 }
-                digest::check_sketch(e)?;
+                sketches::check_sketch(e)?;
                 Ok(TreeNodeRecursion::Continue)
             })?;
         }

@@ -164,6 +164,10 @@ fn no_statement_outgrows_the_query_budget() {
         // 160 KB a row, under any per-value cap but 1.3 GB a batch.
         "SELECT arrow_cast(make_array(value), 'FixedSizeList(20000, Int64)') \
          FROM generate_series(1, 10)",
+        // A 16 KiB sketch per group, a million groups: four times the process's memory
+        // before the aggregate counted them.
+        "SELECT count(d) FROM (SELECT approx_distinct(value) AS d \
+         FROM generate_series(1, 1000000) GROUP BY value % 1000000)",
     ]
     .into_iter()
     .map(String::from)
@@ -229,6 +233,16 @@ fn no_statement_outgrows_the_query_budget() {
              AS m FROM generate_series(1, 10) GROUP BY (SELECT 'k') ORDER BY (SELECT 1), n DESC"
         ),
         "g,n,m\nk,10,10\n"
+    );
+    // A thousand sketches fit, each close to its group's 1,000 values.
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT count(*) AS n, min(d) >= 950 AND max(d) <= 1050 AS close FROM \
+             (SELECT approx_distinct(value) AS d FROM generate_series(1, 1000000) \
+             GROUP BY value % 1000)"
+        ),
+        "n,close\n1000,true\n"
     );
     // A join repeats a 20 KB row: 8,192 copies of it fit.
     assert_eq!(

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{Array, ArrayRef, Int64Array};
 use arrow::buffer::Buffer;
 use arrow::datatypes::{DataType, FieldRef, IntervalUnit, TimeUnit};
+use arrow::error::ArrowError;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -600,6 +601,24 @@ impl OptimizerRule for CountEveryFunction {
     }
 }
 
+/// A function that failed on its arguments' values (`make_date(2024, 13, 1)`, `abs` of the
+/// smallest BIGINT, `factorial(21)`) failed on the client's statement: INVALID_ARGUMENT naming
+/// the function, not INTERNAL. Internal errors and refusals keep their kind.
+fn failed_on_values(function: &str, e: DataFusionError) -> DataFusionError {
+    let message = match &e {
+        DataFusionError::Execution(message) => message.clone(),
+        DataFusionError::ArrowError(arrow, _)
+            if matches!(arrow.as_ref(), ArrowError::ComputeError(_)) =>
+        {
+            arrow.to_string()
+        }
+        _ => return e,
+    };
+    DataFusionError::External(Box::new(tonic::Status::invalid_argument(format!(
+        "{function}: {message}"
+    ))))
+}
+
 #[derive(Debug)]
 struct Counted {
     inner: Arc<ScalarUDF>,
@@ -1159,7 +1178,10 @@ impl ScalarUDFImpl for Counted {
                 None => None,
             };
             patterns::by_pattern(name, args, &self.budget, |args| {
-                self.inner.inner().invoke_with_args(args)
+                self.inner
+                    .inner()
+                    .invoke_with_args(args)
+                    .map_err(|e| failed_on_values(name, e))
             })?
         };
         self.budget.claim(name, &out, &inputs)?;
@@ -1233,6 +1255,53 @@ impl ScalarUDFImpl for Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A function failing on the values it was given is the client's error (the status a
+    /// statement gets is INVALID_ARGUMENT naming the function), over a column or constants.
+    #[tokio::test]
+    async fn functions_failing_on_their_values_are_invalid_argument() {
+        let budget = Budget::new(
+            Arc::new(datafusion::execution::memory_pool::GreedyMemoryPool::new(
+                64 << 20,
+            )),
+            Instant::now() + Duration::from_secs(60),
+            Duration::from_secs(60),
+        );
+        let ctx = SessionContext::new_with_state(
+            counted_session(SessionStateBuilder::new().with_default_features(), &budget).build(),
+        );
+        for (sql, function) in [
+            (
+                "SELECT make_date(2024, 13 + value, 1) FROM generate_series(1, 2)",
+                "make_date",
+            ),
+            ("SELECT make_date(2024, 13, 1)", "make_date"),
+            (
+                "SELECT abs(-9223372036854775807 - value) FROM generate_series(1, 2)",
+                "abs",
+            ),
+            (
+                "SELECT factorial(20 + value) FROM generate_series(1, 2)",
+                "factorial",
+            ),
+            (
+                "SELECT gcd(-9223372036854775807 - value, 0) FROM generate_series(1, 2)",
+                "gcd",
+            ),
+        ] {
+            let err = match ctx.sql(sql).await {
+                Ok(frame) => frame.collect().await.expect_err(sql),
+                Err(e) => e,
+            };
+            let status = crate::flight::sql::status(err);
+            assert_eq!(
+                status.code(),
+                tonic::Code::InvalidArgument,
+                "{sql}: {status:?}"
+            );
+            assert!(status.message().contains(function), "{sql}: {status:?}");
+        }
+    }
 
     #[test]
     fn series_lengths_follow_range_and_generate_series() {

@@ -488,8 +488,8 @@ pub(super) fn count_calls(expr: Expr, budget: &Budget) -> Result<Transformed<Exp
                 ScalarFunction::new_udf(Arc::new(counted(operator, budget)), vec![*left, *right]),
             )))
         }
-        // A regular expression operator whose pattern is a column compiles every row's.
-        e @ Expr::BinaryExpr(_) => match patterns::operator_call(&e) {
+        // A regular expression operator whose pattern varies compiles every row's.
+        e @ (Expr::BinaryExpr(_) | Expr::SimilarTo(_)) => match patterns::operator_call(&e) {
             Some((operator, args)) => Ok(Transformed::yes(Expr::ScalarFunction(
                 ScalarFunction::new_udf(Arc::new(counted(operator, budget)), args),
             ))),

@@ -12,9 +12,11 @@
 //! statement's deadline is checked between patterns and between groups. A constant pattern is
 //! one expression: left as it is.
 //!
-//! `~`, `~*`, `!~` and `!~*` with a column pattern are DataFusion operators, which no function
-//! wrapper sees: they become calls of [`RegexOperator`] (same kernel, same name), counted like
-//! every function. (`SIMILAR TO` takes only a constant pattern.)
+//! `~`, `~*`, `!~`, `!~*` and `SIMILAR TO` (which DataFusion runs as `~`) with a pattern that
+//! varies (a column's, or a volatile one: `random()`) are DataFusion operators, which no
+//! function wrapper sees: they become calls of [`RegexOperator`] (same kernel, same name),
+//! counted like every function. `regexp_replace`'s `g` is no flag of the pattern: a key leaves
+//! it out, as DataFusion does before it compiles.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,8 +26,8 @@ use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::logical_expr::{
-    BinaryExpr, ColumnarValue, Expr, Operator, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF,
-    ScalarUDFImpl, Signature, Volatility,
+    BinaryExpr, ColumnarValue, Expr, Like, Operator, ReturnFieldArgs, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
 use super::{Budget, MIB};
@@ -84,9 +86,17 @@ pub(super) fn by_pattern(
             key_of_row.push(None);
             continue;
         };
-        let complete = match flags {
-            Some(flags) if !flags.is_empty() => format!("(?{flags}){pattern}"),
-            _ => pattern.to_owned(),
+        // `regexp_replace`'s `g` (replace every match) is no flag of the pattern: DataFusion
+        // takes it out before it compiles.
+        let flags: String = flags
+            .unwrap_or_default()
+            .chars()
+            .filter(|&c| !(c == 'g' && function == "regexp_replace"))
+            .collect();
+        let complete = if flags.is_empty() {
+            pattern.to_owned()
+        } else {
+            format!("(?{flags}){pattern}")
         };
         let next = keys.len();
         let key = *keys.entry(complete).or_insert_with_key(|complete| {
@@ -239,11 +249,14 @@ pub(super) struct RegexOperator {
 
 /// Each operator's name (as it shows in a column's name), whether it negates, whether it
 /// ignores case.
-const OPERATORS: [(&str, bool, bool); 4] = [
+const OPERATORS: [(&str, bool, bool); 6] = [
     ("~", false, false),
     ("~*", false, true),
     ("!~", true, false),
     ("!~*", true, true),
+    // DataFusion runs `SIMILAR TO` as the regular expression operator it names.
+    ("SIMILAR TO", false, false),
+    ("NOT SIMILAR TO", true, false),
 ];
 
 impl RegexOperator {
@@ -287,20 +300,36 @@ pub(super) fn operators() -> impl Iterator<Item = Arc<ScalarUDF>> {
         .map(|(name, ..)| Arc::new(ScalarUDF::new_from_impl(RegexOperator::new(name))))
 }
 
-/// `e` as a call of [`RegexOperator`] if it matches a regular expression taken from a column;
-/// a constant pattern (one expression) stays the operator DataFusion simplifies.
+/// `e` as a call of [`RegexOperator`] if it matches a regular expression that may differ from
+/// row to row (taken from a column, or volatile: `random()`); a constant pattern stays the
+/// operator DataFusion simplifies.
 pub(super) fn operator_call(e: &Expr) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
-    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
-        return None;
-    };
-    let name = match op {
-        Operator::RegexMatch => "~",
-        Operator::RegexIMatch => "~*",
-        Operator::RegexNotMatch => "!~",
-        Operator::RegexNotIMatch => "!~*",
+    let (name, left, right) = match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+            Operator::RegexMatch => ("~", left, right),
+            Operator::RegexIMatch => ("~*", left, right),
+            Operator::RegexNotMatch => ("!~", left, right),
+            Operator::RegexNotIMatch => ("!~*", left, right),
+            _ => return None,
+        },
+        Expr::SimilarTo(Like {
+            negated,
+            expr,
+            pattern,
+            escape_char: None,
+            case_insensitive: false,
+        }) => (
+            if *negated {
+                "NOT SIMILAR TO"
+            } else {
+                "SIMILAR TO"
+            },
+            expr,
+            pattern,
+        ),
         _ => return None,
     };
-    if right.column_refs().is_empty() {
+    if right.column_refs().is_empty() && !right.is_volatile() {
         return None;
     }
     let function = Arc::new(ScalarUDF::new_from_impl(RegexOperator::new(name)));
@@ -457,6 +486,11 @@ mod tests {
             "s !~ p",
             "s !~* p",
             "s ~ '^1'",
+            "arrow_cast(s, 'Utf8') SIMILAR TO arrow_cast(p, 'Utf8')",
+            "arrow_cast(s, 'Utf8') NOT SIMILAR TO arrow_cast(p, 'Utf8')",
+            "s ~ (p || CAST(random() > 2 AS VARCHAR))",
+            "regexp_replace(s, p, 'x', 'g')",
+            "regexp_replace(s, p, 'x', 'gi')",
         ] {
             let sql = format!("SELECT value, {call} FROM {ROWS} ORDER BY value");
             let want = run(&plain, &sql).await;

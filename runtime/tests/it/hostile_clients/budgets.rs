@@ -320,6 +320,19 @@ fn functions_stop_at_the_statement_deadline() {
          ('(' || repeat('a{100}', 100) || ')' || CAST(value AS VARCHAR))",
         "DeadlineExceeded",
     );
+    // The same through `SIMILAR TO` (DataFusion runs it as `~`), through a pattern that varies
+    // without naming a column, and through `regexp_replace`'s `g` (no flag of the pattern).
+    for sql in [
+        "SELECT count(*) FROM generate_series(1, 100000) WHERE arrow_cast(CAST(value AS \
+         VARCHAR), 'Utf8') SIMILAR TO arrow_cast('(' || repeat('a{100}', 100) || ')' || \
+         CAST(value AS VARCHAR), 'Utf8')",
+        "SELECT count(*) FROM generate_series(1, 100000) WHERE CAST(value AS VARCHAR) ~ \
+         ('(' || repeat('a{100}', 100) || ')' || CAST(random() AS VARCHAR))",
+        "SELECT count(regexp_replace(CAST(value AS VARCHAR), '(' || repeat('a{100}', 100) || \
+         ')' || CAST(value AS VARCHAR), 'x', 'g')) FROM generate_series(1, 100000)",
+    ] {
+        refused(&mut lake, &query, sql, "DeadlineExceeded");
+    }
     // Patterns from a column that repeat are compiled once per batch, and match as they did.
     let starts_with_remainder = (1..=20000u32)
         .filter(|v| v.to_string().starts_with(&(v % 100).to_string()))

@@ -107,6 +107,17 @@ fn lake_sql_prints_every_format_and_clear_errors() {
         !ok && stderr.contains("InvalidArgument") && stderr.contains("SELEC"),
         "{stderr}"
     );
+    // A function refusing its values is the client's error, naming the function, through the
+    // result stream.
+    let (ok, _, stderr) = lake_sql(
+        &lake.query,
+        "SELECT make_date(2024, 12 + id, 1) FROM shop.items",
+        "table",
+    );
+    assert!(
+        !ok && stderr.contains("InvalidArgument") && stderr.contains("make_date"),
+        "{stderr}"
+    );
     let (ok, _, stderr) = lake_sql(&lake.query, "DROP TABLE shop.items", "table");
     assert!(
         !ok && stderr.contains("PermissionDenied") && stderr.contains(&lake.metadata),

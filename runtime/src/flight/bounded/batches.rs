@@ -286,27 +286,24 @@ fn flat_cast(expr: &Expr, to: &DataType, input: Option<&DFSchema>) -> bool {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
 
     use datafusion::execution::SessionStateBuilder;
     use datafusion::execution::memory_pool::GreedyMemoryPool;
     use datafusion::prelude::SessionContext;
 
+    use super::super::testing::counted;
     use super::*;
 
     /// A plain DataFusion session, and one built as lake builds a statement's: every function
     /// counted, CASE and `||` rewritten to lake's calls, `%` by a constant as lake's function.
     fn sessions() -> [SessionContext; 2] {
-        let budget = super::super::Budget::new(
-            Arc::new(GreedyMemoryPool::new(1 << 30)),
-            Instant::now() + Duration::from_secs(60),
-            Duration::from_secs(60),
-        );
         let builder = SessionStateBuilder::new()
             .with_default_features()
             .with_optimizer_rule(Arc::new(super::super::super::modulo::ConstantRemainder));
-        let lake = super::super::counted_session(builder, &budget).build();
-        [SessionContext::new(), SessionContext::new_with_state(lake)]
+        [
+            SessionContext::new(),
+            counted(builder, Arc::new(GreedyMemoryPool::new(1 << 30))),
+        ]
     }
 
     /// Statements that may build more from a batch than it holds are told from plain reads.

@@ -239,42 +239,20 @@ impl ScalarUDFImpl for Expand {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
-    use datafusion::arrow::util::pretty::pretty_format_batches;
     use datafusion::execution::SessionStateBuilder;
     use datafusion::execution::memory_pool::GreedyMemoryPool;
     use datafusion::prelude::SessionContext;
 
+    use super::super::testing::{counted, run};
     use super::*;
-
-    async fn run(ctx: &SessionContext, sql: &str) -> String {
-        match ctx.sql(sql).await {
-            Ok(df) => match df.collect().await {
-                Ok(batches) => pretty_format_batches(&batches)
-                    .map(|t| t.to_string())
-                    .unwrap_or_else(|e| e.to_string()),
-                Err(e) => format!("error: {e}"),
-            },
-            Err(e) => format!("error: {e}"),
-        }
-    }
 
     /// A value copied into rows through `lake_expand` gives what DataFusion gives without it:
     /// the same rows, the same column names.
     #[tokio::test]
     async fn copied_values_keep_their_results_and_names() {
-        let budget = Budget::new(
+        let lake = counted(
+            SessionStateBuilder::new().with_default_features(),
             Arc::new(GreedyMemoryPool::new(1 << 30)),
-            Instant::now() + Duration::from_secs(60),
-            Duration::from_secs(60),
-        );
-        let lake = SessionContext::new_with_state(
-            super::super::counted_session(
-                SessionStateBuilder::new().with_default_features(),
-                &budget,
-            )
-            .build(),
         );
         let plain = SessionContext::new();
         for sql in [

@@ -55,6 +55,8 @@ mod deadline;
 mod expand;
 mod patterns;
 mod sketches;
+#[cfg(test)]
+mod testing;
 
 /// The largest value one call may produce, whatever the budget.
 pub(super) const MAX_VALUE_BYTES: i64 = 256 * 1024 * 1024;
@@ -1260,15 +1262,11 @@ mod tests {
     /// statement gets is INVALID_ARGUMENT naming the function), over a column or constants.
     #[tokio::test]
     async fn functions_failing_on_their_values_are_invalid_argument() {
-        let budget = Budget::new(
+        let ctx = testing::counted(
+            SessionStateBuilder::new().with_default_features(),
             Arc::new(datafusion::execution::memory_pool::GreedyMemoryPool::new(
                 64 << 20,
             )),
-            Instant::now() + Duration::from_secs(60),
-            Duration::from_secs(60),
-        );
-        let ctx = SessionContext::new_with_state(
-            counted_session(SessionStateBuilder::new().with_default_features(), &budget).build(),
         );
         for (sql, function) in [
             (

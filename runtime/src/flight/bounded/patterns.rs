@@ -77,7 +77,7 @@ pub(super) fn by_pattern(
     let (patterns, flags) = (texts(pattern, rows)?, texts(flags, rows)?);
     let operator_flags = RegexOperator::named(function).and_then(|op| op.flags());
 
-    // Each row's key: its pattern as compiled (flags first, as the functions write them).
+    // Each row's key: its pattern as compiled.
     let mut keys: HashMap<String, usize> = HashMap::new();
     let mut key_of_row = Vec::with_capacity(rows);
     let mut distinct = Vec::new();
@@ -86,18 +86,7 @@ pub(super) fn by_pattern(
             key_of_row.push(None);
             continue;
         };
-        // `regexp_replace`'s `g` (replace every match) is no flag of the pattern: DataFusion
-        // takes it out before it compiles.
-        let flags: String = flags
-            .unwrap_or_default()
-            .chars()
-            .filter(|&c| !(c == 'g' && function == "regexp_replace"))
-            .collect();
-        let complete = if flags.is_empty() {
-            pattern.to_owned()
-        } else {
-            format!("(?{flags}){pattern}")
-        };
+        let complete = compiled(function, pattern, flags);
         let next = keys.len();
         let key = *keys.entry(complete).or_insert_with_key(|complete| {
             distinct.push(complete.clone());
@@ -135,17 +124,15 @@ pub(super) fn by_pattern(
         .iter()
         .map(|key| key.map_or(0, |k| group_of_key[k]))
         .collect();
+    let mut members: Vec<Vec<u32>> = vec![Vec::new(); group_bytes.len()];
+    let mut position = Vec::with_capacity(rows);
+    for (row, &group) in group_of_row.iter().enumerate() {
+        position.push((group, members[group].len()));
+        members[group].push(u32::try_from(row).unwrap_or(u32::MAX));
+    }
     let mut results: Vec<ArrayRef> = Vec::with_capacity(group_bytes.len());
-    let mut position = vec![(0usize, 0usize); rows];
-    for (group, &bytes) in group_bytes.iter().enumerate() {
+    for (members, &bytes) in members.into_iter().zip(&group_bytes) {
         budget.deadline.check(function)?;
-        let members: Vec<u32> = (0..rows)
-            .filter(|&row| group_of_row[row] == group)
-            .map(|row| u32::try_from(row).unwrap_or(u32::MAX))
-            .collect();
-        for (at, &row) in members.iter().enumerate() {
-            position[row as usize] = (results.len(), at);
-        }
         let indices = UInt32Array::from(members);
         let sub_args = args
             .args
@@ -175,6 +162,23 @@ pub(super) fn by_pattern(
     Ok(ColumnarValue::Array(arrow::compute::interleave(
         &parts, &position,
     )?))
+}
+
+/// `pattern` as `function` compiles it with `flags`: the flags first, as the functions write
+/// them. `regexp_replace`'s `g` (replace every match) is no flag of the pattern: DataFusion takes
+/// it out before it compiles (measured with it, the pattern would not compile and count as
+/// nothing but its caches).
+fn compiled(function: &str, pattern: &str, flags: Option<&str>) -> String {
+    let flags: String = flags
+        .unwrap_or_default()
+        .chars()
+        .filter(|&c| !(c == 'g' && function == "regexp_replace"))
+        .collect();
+    if flags.is_empty() {
+        pattern.to_owned()
+    } else {
+        format!("(?{flags}){pattern}")
+    }
 }
 
 /// What `pattern` holds compiled, with its search caches at their largest; a pattern that does
@@ -244,6 +248,8 @@ fn texts(value: Option<&ColumnarValue>, rows: usize) -> Result<Texts> {
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub(super) struct RegexOperator {
     name: &'static str,
+    negated: bool,
+    insensitive: bool,
     signature: Signature,
 }
 
@@ -260,9 +266,11 @@ const OPERATORS: [(&str, bool, bool); 6] = [
 ];
 
 impl RegexOperator {
-    fn new(name: &'static str) -> Self {
+    fn new(&(name, negated, insensitive): &(&'static str, bool, bool)) -> Self {
         Self {
             name,
+            negated,
+            insensitive,
             signature: Signature::any(2, Volatility::Immutable),
         }
     }
@@ -271,20 +279,11 @@ impl RegexOperator {
         OPERATORS
             .iter()
             .find(|(known, ..)| *known == name)
-            .map(|(known, ..)| Self::new(known))
-    }
-
-    fn negated(&self) -> bool {
-        OPERATORS
-            .iter()
-            .any(|(n, negated, _)| *n == self.name && *negated)
+            .map(Self::new)
     }
 
     fn flags(&self) -> Option<&'static str> {
-        OPERATORS
-            .iter()
-            .any(|(n, _, insensitive)| *n == self.name && *insensitive)
-            .then_some("i")
+        self.insensitive.then_some("i")
     }
 }
 
@@ -297,7 +296,7 @@ pub(super) fn is_operator(function: &str) -> bool {
 pub(super) fn operators() -> impl Iterator<Item = Arc<ScalarUDF>> {
     OPERATORS
         .iter()
-        .map(|(name, ..)| Arc::new(ScalarUDF::new_from_impl(RegexOperator::new(name))))
+        .map(|operator| Arc::new(ScalarUDF::new_from_impl(RegexOperator::new(operator))))
 }
 
 /// `e` as a call of [`RegexOperator`] if it matches a regular expression that may differ from
@@ -332,9 +331,9 @@ pub(super) fn operator_call(e: &Expr) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
     if right.column_refs().is_empty() && !right.is_volatile() {
         return None;
     }
-    let function = Arc::new(ScalarUDF::new_from_impl(RegexOperator::new(name)));
+    let operator = RegexOperator::named(name)?;
     Some((
-        function,
+        Arc::new(ScalarUDF::new_from_impl(operator)),
         vec![left.as_ref().clone(), right.as_ref().clone()],
     ))
 }
@@ -412,7 +411,7 @@ impl ScalarUDFImpl for RegexOperator {
                 )));
             }
         };
-        let matched = if self.negated() {
+        let matched = if self.negated {
             arrow::compute::not(&matched)?
         } else {
             matched
@@ -423,40 +422,17 @@ impl ScalarUDFImpl for RegexOperator {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
-    use datafusion::arrow::util::pretty::pretty_format_batches;
     use datafusion::execution::SessionStateBuilder;
     use datafusion::execution::memory_pool::GreedyMemoryPool;
     use datafusion::prelude::SessionContext;
 
+    use super::super::testing::{counted, run};
     use super::*;
 
-    async fn run(ctx: &SessionContext, sql: &str) -> String {
-        let result = match ctx.sql(sql).await {
-            Ok(df) => df.collect().await,
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(batches) => pretty_format_batches(&batches)
-                .map(|t| t.to_string())
-                .unwrap_or_else(|e| e.to_string()),
-            Err(e) => format!("error: {e}"),
-        }
-    }
-
     fn lake(pool_bytes: usize) -> SessionContext {
-        let budget = Budget::new(
+        counted(
+            SessionStateBuilder::new().with_default_features(),
             Arc::new(GreedyMemoryPool::new(pool_bytes)),
-            Instant::now() + Duration::from_secs(60),
-            Duration::from_secs(60),
-        );
-        SessionContext::new_with_state(
-            super::super::counted_session(
-                SessionStateBuilder::new().with_default_features(),
-                &budget,
-            )
-            .build(),
         )
     }
 
@@ -497,6 +473,21 @@ mod tests {
             assert!(!want.starts_with("error"), "{sql}: {want}");
             assert_eq!(run(&lake, &sql).await, want, "{sql}");
         }
+    }
+
+    /// A row's pattern is measured as its function compiles it: `regexp_replace`'s `g` left
+    /// out, other flags in front.
+    #[test]
+    fn patterns_are_measured_as_compiled() {
+        assert_eq!(compiled("regexp_replace", "a+", Some("g")), "a+");
+        assert_eq!(compiled("regexp_replace", "a+", Some("gi")), "(?i)a+");
+        assert_eq!(compiled("regexp_like", "a+", Some("i")), "(?i)a+");
+        assert_eq!(compiled("regexp_like", "a+", None), "a+");
+        // Measured with its `g`, a pattern of a few MB counted as its caches alone.
+        let pattern = "(a{100}){100}";
+        let with_g = format!("(?g){pattern}");
+        assert_eq!(held_by(&with_g), SEARCH_CACHE_BYTES);
+        assert!(held_by(&compiled("regexp_replace", pattern, Some("g"))) > SEARCH_CACHE_BYTES);
     }
 
     /// A pattern that alone holds more than the query may is refused before it is compiled

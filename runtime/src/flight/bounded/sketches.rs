@@ -392,14 +392,12 @@ impl Accumulator for Copies {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
-    use datafusion::arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     use datafusion::execution::SessionStateBuilder;
     use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
     use datafusion::prelude::{SessionConfig, SessionContext};
 
+    use super::super::testing::{counted, run};
     use super::*;
 
     async fn plan(sql: &str) -> Result<()> {
@@ -442,38 +440,17 @@ mod tests {
         }
     }
 
-    async fn run(ctx: &SessionContext, sql: &str) -> String {
-        let result = match ctx.sql(sql).await {
-            Ok(df) => df.collect().await,
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(batches) => pretty_format_batches(&batches)
-                .map(|t| t.to_string())
-                .unwrap_or_else(|e| e.to_string()),
-            Err(e) => format!("error: {e}"),
-        }
-    }
-
     /// One partition: a t-digest's estimate depends on the order its parts merge in.
     fn config() -> SessionConfig {
         SessionConfig::new().with_target_partitions(1)
     }
 
     fn lake(pool: &Arc<dyn MemoryPool>) -> SessionContext {
-        let budget = Budget::new(
+        counted(
+            SessionStateBuilder::new()
+                .with_config(config())
+                .with_default_features(),
             Arc::clone(pool),
-            Instant::now() + Duration::from_secs(60),
-            Duration::from_secs(60),
-        );
-        SessionContext::new_with_state(
-            super::super::counted_session(
-                SessionStateBuilder::new()
-                    .with_config(config())
-                    .with_default_features(),
-                &budget,
-            )
-            .build(),
         )
     }
 

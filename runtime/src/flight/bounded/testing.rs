@@ -1,0 +1,36 @@
+//! What the tests of this module's files share: a session built as lake builds a statement's,
+//! and a statement's result as text.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::memory_pool::MemoryPool;
+use datafusion::prelude::SessionContext;
+
+use super::Budget;
+
+/// A session of `builder` with every function counted against `pool` (and a minute to run).
+pub(super) fn counted(builder: SessionStateBuilder, pool: Arc<dyn MemoryPool>) -> SessionContext {
+    let budget = Budget::new(
+        pool,
+        Instant::now() + Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
+    SessionContext::new_with_state(super::counted_session(builder, &budget).build())
+}
+
+/// What `sql` gives in `ctx`: its rows as a table, or `error: …`.
+pub(super) async fn run(ctx: &SessionContext, sql: &str) -> String {
+    let result = match ctx.sql(sql).await {
+        Ok(df) => df.collect().await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(batches) => pretty_format_batches(&batches)
+            .map(|t| t.to_string())
+            .unwrap_or_else(|e| e.to_string()),
+        Err(e) => format!("error: {e}"),
+    }
+}

@@ -50,6 +50,7 @@ use expand::Expand;
 
 mod batches;
 mod claim;
+mod compile;
 mod concat;
 mod deadline;
 mod expand;
@@ -91,6 +92,8 @@ pub(super) struct Budget {
     /// Large scalar results (constants folded while planning), held until the statement ends.
     held: Arc<Mutex<datafusion::execution::memory_pool::MemoryReservation>>,
     deadline: Arc<Deadline>,
+    /// What the statement's regular expressions hold compiled.
+    measured: Arc<compile::Measured>,
 }
 
 impl Budget {
@@ -102,6 +105,7 @@ impl Budget {
             pool,
             held: Arc::new(Mutex::new(held)),
             deadline: Arc::new(Deadline::new(deadline, limit)),
+            measured: Arc::default(),
         }
     }
 
@@ -452,8 +456,10 @@ fn counted(inner: Arc<ScalarUDF>, budget: &Budget) -> ScalarUDF {
     })
 }
 
-/// `expr` with every function call, and the `||` operator, counted against `budget`.
-pub(super) fn count_calls(expr: Expr, budget: &Budget) -> Result<Transformed<Expr>> {
+/// `expr` with every function call, and the `||` and regular expression operators, counted
+/// against `budget` (the regular expression operators with a short literal pattern only once
+/// the plan is optimized, `every`: see `patterns::operator_call`), and its LIKE patterns bounded.
+pub(super) fn count_calls(expr: Expr, budget: &Budget, every: bool) -> Result<Transformed<Expr>> {
     expr.transform_up(|e| match e {
         Expr::ScalarFunction(f) if !f.func.inner().is::<Counted>() => {
             Ok(Transformed::yes(Expr::ScalarFunction(
@@ -490,13 +496,15 @@ pub(super) fn count_calls(expr: Expr, budget: &Budget) -> Result<Transformed<Exp
                 ScalarFunction::new_udf(Arc::new(counted(operator, budget)), vec![*left, *right]),
             )))
         }
-        // A regular expression operator whose pattern varies compiles every row's.
-        e @ (Expr::BinaryExpr(_) | Expr::SimilarTo(_)) => match patterns::operator_call(&e) {
-            Some((operator, args)) => Ok(Transformed::yes(Expr::ScalarFunction(
-                ScalarFunction::new_udf(Arc::new(counted(operator, budget)), args),
-            ))),
-            None => Ok(Transformed::no(e)),
-        },
+        e @ Expr::Like(_) => patterns::bounded_like(e, budget),
+        e @ (Expr::BinaryExpr(_) | Expr::SimilarTo(_)) => {
+            match patterns::operator_call(&e, every) {
+                Some((operator, args)) => Ok(Transformed::yes(Expr::ScalarFunction(
+                    ScalarFunction::new_udf(Arc::new(counted(operator, budget)), args),
+                ))),
+                None => Ok(Transformed::no(e)),
+            }
+        }
         other => Ok(Transformed::no(other)),
     })
 }
@@ -543,7 +551,7 @@ fn count_plan(
             } else {
                 Transformed::no(e)
             };
-            e.transform_data(|e| count_calls(e, budget))
+            e.transform_data(|e| count_calls(e, budget, optimized))
         })
     })
 }
@@ -1189,8 +1197,16 @@ impl ScalarUDFImpl for Counted {
         self.budget.claim(name, &out, &inputs)?;
         Ok(out)
     }
+    /// The function's own simplification, counted as the statement's calls are:
+    /// `regexp_like(s, p)` becomes `s ~ p`, whose pattern DataFusion would parse and compile
+    /// uncounted.
     fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
-        self.inner.inner().simplify(args, info)
+        Ok(match self.inner.inner().simplify(args, info)? {
+            ExprSimplifyResult::Simplified(e) => {
+                ExprSimplifyResult::Simplified(count_calls(e, &self.budget, false)?.data)
+            }
+            original => original,
+        })
     }
     fn preimage(
         &self,

@@ -1,48 +1,47 @@
-//! Regular expressions whose pattern varies by row, compiled within the statement's budget.
+//! Regular expressions and LIKE patterns, compiled within the statement's budget.
 //!
 //! DataFusion's regular expression functions (and Arrow's kernel behind `~`) compile each
 //! distinct pattern of a batch once and keep every compiled one until the batch is done: a
 //! column of 8,192 distinct patterns of a few MB compiled each (`'(a{100}){100}' || value`)
-//! asked for tens of GB and aborted the process, with no pool seeing any of it. So a call whose
-//! pattern (or flags) is a column is split by pattern: each distinct pattern is compiled once
-//! here to measure what it holds ([`held_by`]), the patterns are grouped so that a group's
-//! compiled expressions fit a share of the budget ([`GROUP_BYTES`]), and the function runs
-//! once per group over that group's rows, with the group's size reserved from the query's pool
-//! while it runs. A pattern that alone would not fit is refused (RESOURCE_EXHAUSTED), and the
-//! statement's deadline is checked between patterns and between groups. A constant pattern is
-//! one expression: left as it is.
+//! asked for tens of GB and aborted the process, with no pool seeing any of it. So every
+//! pattern is measured before its function compiles it ([`compile::held_by`]) and what it holds
+//! reserved from the query's pool while the function runs. A call whose pattern (or flags) is a
+//! column is split by pattern: the patterns are grouped so that a group's compiled expressions
+//! fit a share of the budget ([`GROUP_BYTES`]), and the function runs once per group over that
+//! group's rows. A pattern that alone would not fit is refused (RESOURCE_EXHAUSTED), and the
+//! statement's deadline is checked between patterns and between groups.
 //!
-//! `~`, `~*`, `!~`, `!~*` and `SIMILAR TO` (which DataFusion runs as `~`) with a pattern that
-//! varies (a column's, or a volatile one: `random()`) are DataFusion operators, which no
-//! function wrapper sees: they become calls of [`RegexOperator`] (same kernel, same name),
-//! counted like every function. `regexp_replace`'s `g` is no flag of the pattern: a key leaves
-//! it out, as DataFusion does before it compiles.
+//! `~`, `~*`, `!~`, `!~*` and `SIMILAR TO` (which DataFusion runs as `~`) are DataFusion
+//! operators, which no function wrapper sees: they become calls of [`RegexOperator`] (same
+//! kernel, same name), counted like every function ([`operator_call`]). Before the plan is
+//! optimized, a short literal pattern is left to DataFusion, which turns `~ '^abc'` into a
+//! LIKE; it parses every literal pattern to do so, uncounted, so a longer one, or one only
+//! known once folded (`~ repeat('\w', 100000)`), becomes the call at once. `regexp_replace`'s
+//! `g` is no flag of the pattern: a key leaves it out, as DataFusion does before it compiles.
+//!
+//! A LIKE pattern with wildcards is compiled into a regular expression by Arrow, a row at a
+//! time: its length is bounded instead ([`MAX_LIKE_PATTERN_BYTES`]), a literal's while the
+//! statement is planned, any other's by [`LikePattern`] as it is evaluated.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, UInt32Array};
 use arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, Like, Operator, ReturnFieldArgs, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
-use super::{Budget, MIB};
+use super::{Budget, MIB, compile};
 
 /// The most compiled expressions one group of a call may hold, at most an eighth of the
 /// query's budget.
 const GROUP_BYTES: usize = 64 * MIB;
-
-/// What a compiled expression may hold beyond its own size while it searches: its lazy DFAs'
-/// caches, forwards and in reverse (2 MiB each in the `regex` crate).
-const SEARCH_CACHE_BYTES: usize = 4 * MIB;
-
-/// What a compiled expression's search caches may hold for each byte of the expression (its
-/// capture slots, the backtracker's visited set): about 4 times over, measured.
-const CACHE_PER_BYTE: usize = 4;
 
 /// Where a regular expression function takes its pattern and its flags.
 fn pattern_and_flags(function: &str) -> Option<(usize, Option<usize>)> {
@@ -67,15 +66,20 @@ pub(super) fn by_pattern(
     let Some((pattern_at, flags_at)) = pattern_and_flags(function) else {
         return call(args);
     };
-    let pattern = args.args.get(pattern_at);
-    let flags = flags_at.and_then(|i| args.args.get(i));
-    let varies = |a: Option<&ColumnarValue>| matches!(a, Some(ColumnarValue::Array(_)));
-    if !varies(pattern) && !varies(flags) {
+    let rows = args.number_rows;
+    let patterns = texts(args.args.get(pattern_at), rows)?;
+    let flags = texts(flags_at.and_then(|i| args.args.get(i)), rows)?;
+    let operator_flags = RegexOperator::named(function).and_then(|op| op.flags());
+    // One pattern for every row: held while the function compiles and searches with it.
+    if let (Texts::Same(pattern), Texts::Same(flags)) = (&patterns, &flags) {
+        let Some(pattern) = pattern else {
+            return call(args);
+        };
+        let complete = compiled(function, pattern, flags.as_deref().or(operator_flags));
+        let held = compile::held_by(function, &complete, budget)?;
+        let _compiled = reserve(function, held, budget)?;
         return call(args);
     }
-    let rows = args.number_rows;
-    let (patterns, flags) = (texts(pattern, rows)?, texts(flags, rows)?);
-    let operator_flags = RegexOperator::named(function).and_then(|op| op.flags());
 
     // Each row's key: its pattern as compiled.
     let mut keys: HashMap<String, usize> = HashMap::new();
@@ -94,11 +98,10 @@ pub(super) fn by_pattern(
         });
         key_of_row.push(Some(key));
     }
-    let mut held = Vec::with_capacity(distinct.len());
-    for complete in &distinct {
-        budget.deadline.check(function)?;
-        held.push(held_by(complete));
-    }
+    let held = distinct
+        .iter()
+        .map(|complete| compile::held_by(function, complete, budget))
+        .collect::<Result<Vec<_>>>()?;
 
     // Patterns in the order rows first name them, a group closed when the next would not fit.
     let share = (budget.limit() / 8).min(GROUP_BYTES);
@@ -179,15 +182,6 @@ fn compiled(function: &str, pattern: &str, flags: Option<&str>) -> String {
     } else {
         format!("(?{flags}){pattern}")
     }
-}
-
-/// What `pattern` holds compiled, with its search caches at their largest; a pattern that does
-/// not compile holds the caches only (the function refuses it).
-fn held_by(pattern: &str) -> usize {
-    let compiled = regex_automata::meta::Regex::new(pattern).map_or(0, |re| re.memory_usage());
-    compiled
-        .saturating_mul(1 + CACHE_PER_BYTE)
-        .saturating_add(SEARCH_CACHE_BYTES)
 }
 
 fn reserve(function: &str, bytes: usize, budget: &Budget) -> Result<MemoryReservation> {
@@ -292,17 +286,18 @@ pub(super) fn is_operator(function: &str) -> bool {
     RegexOperator::named(function).is_some()
 }
 
-/// Every operator's function, for a worker to decode by name.
+/// Every operator's function and the LIKE pattern's check, for a worker to decode by name.
 pub(super) fn operators() -> impl Iterator<Item = Arc<ScalarUDF>> {
     OPERATORS
         .iter()
         .map(|operator| Arc::new(ScalarUDF::new_from_impl(RegexOperator::new(operator))))
+        .chain([Arc::new(ScalarUDF::new_from_impl(LikePattern::new()))])
 }
 
-/// `e` as a call of [`RegexOperator`] if it matches a regular expression that may differ from
-/// row to row (taken from a column, or volatile: `random()`); a constant pattern stays the
-/// operator DataFusion simplifies.
-pub(super) fn operator_call(e: &Expr) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
+/// `e` as a call of [`RegexOperator`] if it matches a regular expression: every one once the
+/// plan is optimized (`every`); before, every one but those whose pattern is a short literal
+/// (left to DataFusion's simplifications, see the module's documentation).
+pub(super) fn operator_call(e: &Expr, every: bool) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
     let (name, left, right) = match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
             Operator::RegexMatch => ("~", left, right),
@@ -311,6 +306,7 @@ pub(super) fn operator_call(e: &Expr) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
             Operator::RegexNotIMatch => ("!~*", left, right),
             _ => return None,
         },
+        // DataFusion has no simplification of its own for these.
         Expr::SimilarTo(Like {
             negated,
             expr,
@@ -328,7 +324,7 @@ pub(super) fn operator_call(e: &Expr) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
         ),
         _ => return None,
     };
-    if right.column_refs().is_empty() && !right.is_volatile() {
+    if !every && matches!(e, Expr::BinaryExpr(_)) && short_literal(right) {
         return None;
     }
     let operator = RegexOperator::named(name)?;
@@ -336,6 +332,153 @@ pub(super) fn operator_call(e: &Expr) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
         Arc::new(ScalarUDF::new_from_impl(operator)),
         vec![left.as_ref().clone(), right.as_ref().clone()],
     ))
+}
+
+/// The longest literal pattern left to DataFusion's simplifications before the plan is
+/// optimized, in what parsing it may hold (a few KB of pattern).
+const SIMPLIFIED_PARSE_BYTES: usize = 4 * MIB;
+
+/// Whether `e` is a literal text (or NULL) short enough for DataFusion to parse uncounted.
+fn short_literal(e: &Expr) -> bool {
+    match e {
+        Expr::Literal(
+            ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
+            _,
+        ) => text
+            .as_deref()
+            .is_none_or(|text| compile::parsing(text) <= SIMPLIFIED_PARSE_BYTES),
+        Expr::Literal(ScalarValue::Null, _) => true,
+        _ => false,
+    }
+}
+
+/// The longest LIKE (or ILIKE) pattern compiled, in bytes: Arrow compiles one with wildcards
+/// into a regular expression, measured to hold up to 310 bytes per byte of it while parsed
+/// (about 20 MB here), uncounted.
+pub(super) const MAX_LIKE_PATTERN_BYTES: usize = 64 * 1024;
+
+/// `e` with its LIKE pattern bounded: a literal's checked now, any other's checked by
+/// [`LikePattern`] as it is evaluated (a pattern already wrapped is left as it is).
+pub(super) fn bounded_like(e: Expr, budget: &Budget) -> Result<Transformed<Expr>> {
+    let Expr::Like(mut like) = e else {
+        return Ok(Transformed::no(e));
+    };
+    match like.pattern.as_ref() {
+        Expr::Literal(
+            ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
+            _,
+        ) => {
+            check_like(text.as_deref().map_or(0, str::len))?;
+            Ok(Transformed::no(Expr::Like(like)))
+        }
+        Expr::Literal(..) => Ok(Transformed::no(Expr::Like(like))),
+        Expr::ScalarFunction(f) if is_like_pattern(&f.func) => {
+            Ok(Transformed::no(Expr::Like(like)))
+        }
+        _ => {
+            let guard = Arc::new(ScalarUDF::new_from_impl(LikePattern::new()));
+            let pattern = std::mem::replace(
+                like.pattern.as_mut(),
+                Expr::Literal(ScalarValue::Null, None),
+            );
+            *like.pattern = Expr::ScalarFunction(ScalarFunction::new_udf(
+                Arc::new(super::counted(guard, budget)),
+                vec![pattern],
+            ));
+            Ok(Transformed::yes(Expr::Like(like)))
+        }
+    }
+}
+
+/// Whether `f` is [`LikePattern`].
+pub(super) fn is_like_pattern(f: &ScalarUDF) -> bool {
+    f.name() == LikePattern::NAME
+}
+
+/// Refuses a LIKE pattern of `bytes` longer than [`MAX_LIKE_PATTERN_BYTES`] (INVALID_ARGUMENT).
+fn check_like(bytes: usize) -> Result<()> {
+    if bytes > MAX_LIKE_PATTERN_BYTES {
+        return Err(DataFusionError::External(Box::new(
+            tonic::Status::invalid_argument(format!(
+                "LIKE: a pattern of {bytes} bytes; at most {MAX_LIKE_PATTERN_BYTES} bytes are \
+                 compiled"
+            )),
+        )));
+    }
+    Ok(())
+}
+
+/// A LIKE pattern as it is: refused if longer than [`MAX_LIKE_PATTERN_BYTES`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(super) struct LikePattern {
+    signature: Signature,
+}
+
+impl LikePattern {
+    const NAME: &'static str = "like_pattern";
+
+    fn new() -> Self {
+        Self {
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for LikePattern {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    /// The pattern's own name: the LIKE's column is named as it was.
+    fn schema_name(&self, args: &[Expr]) -> Result<String> {
+        match args {
+            [pattern] => Ok(pattern.schema_name().to_string()),
+            _ => super::operands("a LIKE pattern", args).map(|_| String::new()),
+        }
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        arg_types
+            .first()
+            .cloned()
+            .ok_or_else(|| DataFusionError::Plan("a LIKE pattern takes one argument".into()))
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        args.arg_fields
+            .first()
+            .cloned()
+            .ok_or_else(|| DataFusionError::Plan("a LIKE pattern takes one argument".into()))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let Some(pattern) = args.args.into_iter().next() else {
+            return Err(DataFusionError::Plan(
+                "a LIKE pattern takes one argument".into(),
+            ));
+        };
+        let longest = match &pattern {
+            ColumnarValue::Scalar(s) => match s {
+                ScalarValue::Utf8(t) | ScalarValue::LargeUtf8(t) | ScalarValue::Utf8View(t) => {
+                    t.as_deref().map_or(0, str::len)
+                }
+                _ => 0,
+            },
+            ColumnarValue::Array(a) => {
+                let texts = texts(Some(&pattern), a.len())?;
+                (0..a.len())
+                    .map(|row| texts.at(row).map_or(0, str::len))
+                    .max()
+                    .unwrap_or(0)
+            }
+        };
+        check_like(longest)?;
+        Ok(pattern)
+    }
 }
 
 fn two<T>(items: &[T]) -> Result<(&T, &T)> {
@@ -483,11 +626,17 @@ mod tests {
         assert_eq!(compiled("regexp_replace", "a+", Some("gi")), "(?i)a+");
         assert_eq!(compiled("regexp_like", "a+", Some("i")), "(?i)a+");
         assert_eq!(compiled("regexp_like", "a+", None), "a+");
-        // Measured with its `g`, a pattern of a few MB counted as its caches alone.
+        // Measured with its `g`, a pattern of a few MB counted as what parsing it held alone.
+        let budget = super::super::testing::budget(1 << 30);
         let pattern = "(a{100}){100}";
-        let with_g = format!("(?g){pattern}");
-        assert_eq!(held_by(&with_g), SEARCH_CACHE_BYTES);
-        assert!(held_by(&compiled("regexp_replace", pattern, Some("g"))) > SEARCH_CACHE_BYTES);
+        let with_g = compile::held_by("regexp_replace", &format!("(?g){pattern}"), &budget);
+        let without = compile::held_by(
+            "regexp_replace",
+            &compiled("regexp_replace", pattern, Some("g")),
+            &budget,
+        );
+        assert!(with_g.unwrap() < 8 * MIB);
+        assert!(without.unwrap() > 8 * MIB);
     }
 
     /// A pattern that alone holds more than the query may is refused before it is compiled
@@ -502,7 +651,7 @@ mod tests {
         )
         .await;
         assert!(
-            refused.contains("regular expressions would hold")
+            refused.contains("Resources exhausted")
                 && refused.contains("LAKE_QUERY_MEMORY_LIMIT_MB"),
             "{refused}"
         );

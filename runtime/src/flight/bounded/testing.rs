@@ -6,19 +6,28 @@ use std::time::{Duration, Instant};
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::execution::memory_pool::MemoryPool;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 use datafusion::prelude::SessionContext;
 
 use super::Budget;
 
 /// A session of `builder` with every function counted against `pool` (and a minute to run).
 pub(super) fn counted(builder: SessionStateBuilder, pool: Arc<dyn MemoryPool>) -> SessionContext {
-    let budget = Budget::new(
+    let budget = budget_of(pool);
+    SessionContext::new_with_state(super::counted_session(builder, &budget).build())
+}
+
+/// A statement's budget of `bytes` (and a minute to run).
+pub(super) fn budget(bytes: usize) -> Budget {
+    budget_of(Arc::new(GreedyMemoryPool::new(bytes)))
+}
+
+fn budget_of(pool: Arc<dyn MemoryPool>) -> Budget {
+    Budget::new(
         pool,
         Instant::now() + Duration::from_secs(60),
         Duration::from_secs(60),
-    );
-    SessionContext::new_with_state(super::counted_session(builder, &budget).build())
+    )
 }
 
 /// What `sql` gives in `ctx`: its rows as a table, or `error: …`.

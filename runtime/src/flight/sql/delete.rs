@@ -82,9 +82,9 @@ pub(super) async fn predicate(
         .get_extension::<Budget>()
         .ok_or_else(|| Status::internal("the session has no memory budget"))?;
     // Simplification may call functions DataFusion builds itself: counted too.
-    let predicate = count_calls(predicate, &budget).map_err(status)?.data;
+    let predicate = count_calls(predicate, &budget, false).map_err(status)?.data;
     let predicate = simplifier.simplify(predicate).map_err(status)?;
-    let predicate = count_calls(predicate, &budget).map_err(status)?.data;
+    let predicate = count_calls(predicate, &budget, true).map_err(status)?.data;
     fold_strictly(ctx, predicate, &unqualified_schema)
 }
 

@@ -242,6 +242,15 @@ async fn distributed_scan_runs_on_every_worker() {
         3,
         "{sql} was not spread"
     );
+    // So are the regular expression operator and the LIKE pattern's check (patterns.rs).
+    let sql = "SELECT count(*), sum(id) FROM d.t WHERE CAST(id AS VARCHAR) ~ '^1.*7$' \
+               AND CAST(g AS VARCHAR) LIKE CAST(g AS VARCHAR)";
+    assert_eq!(answer(&client, sql).await, vec!["111 | 151737".to_owned()]);
+    assert_eq!(
+        scan_tasks(&analyzed(&client, sql).await).len(),
+        3,
+        "{sql} was not spread"
+    );
     // A statement that also reads what only this process has (information_schema) runs here.
     let sql = "SELECT count(*) FROM information_schema.tables i JOIN d.t ON d.t.id = 1 \
                WHERE i.table_schema = 'd'";

@@ -123,6 +123,17 @@ fn delete_predicates_are_bounded() {
         "rows\n11\n"
     );
     assert_eq!(count(&lake), "n\n299989\n");
+    // Regular expressions and LIKE patterns are counted calls in a predicate too (patterns.rs):
+    // a literal pattern, and one that names a column.
+    assert_eq!(
+        sql_ok(
+            &meta,
+            "DELETE FROM s.t WHERE name ~ '^row-29999[0-8]$' \
+             OR name LIKE concat('row-2999', CAST(id % 1 AS VARCHAR), '7')"
+        ),
+        "rows\n10\n"
+    );
+    assert_eq!(count(&lake), "n\n299979\n");
     assert_within_memory(&lake);
 }
 
@@ -168,6 +179,17 @@ fn no_statement_outgrows_the_query_budget() {
         // before the aggregate counted them.
         "SELECT count(d) FROM (SELECT approx_distinct(value) AS d \
          FROM generate_series(1, 1000000) GROUP BY value % 1000000)",
+        // Regular expressions, measured before a function compiles them: 8,000 capture groups
+        // searched (8 GB of slots), a million class escapes parsed (6 GB); constant, folded,
+        // from a subquery, through an operator. Each aborted the process.
+        "SELECT cardinality(regexp_match(repeat('a', 100), repeat('(a?)', 8000)))",
+        "SELECT count(*) FROM (SELECT repeat('a', 100) || value AS s FROM generate_series(1, 3)) \
+         WHERE cardinality(regexp_match(s, repeat('(a?)', 8000))) > 0",
+        "SELECT regexp_like('abc', repeat('\\w', 1000000))",
+        "SELECT count(*) FROM generate_series(1, 3) WHERE regexp_like(CAST(value AS VARCHAR), \
+         (SELECT repeat('\\w', 1000000)))",
+        "SELECT count(*) FROM generate_series(1, 3) WHERE CAST(value AS VARCHAR) ~ \
+         repeat('\\pL', 1000000)",
     ]
     .into_iter()
     .map(String::from)
@@ -200,6 +222,44 @@ fn no_statement_outgrows_the_query_budget() {
         "InvalidArgument",
     );
     assert!(stderr.contains("pull both ways"), "{stderr}");
+    // A LIKE pattern is compiled a row at a time by Arrow, uncounted: its length is bounded,
+    // a literal's while planning (an 8 MB one took 3 GB).
+    for sql in [
+        String::from(
+            "SELECT count(*) FROM generate_series(1, 3) WHERE CAST(value AS VARCHAR) LIKE \
+             (SELECT repeat('a%', 4000000))",
+        ),
+        String::from(
+            "SELECT count(*) FROM generate_series(1, 3) WHERE CAST(value AS VARCHAR) ILIKE \
+             repeat('a%', 4000000)",
+        ),
+        format!(
+            "SELECT count(*) FROM generate_series(1, 3) WHERE CAST(value AS VARCHAR) LIKE '{}'",
+            "a_".repeat(40000)
+        ),
+    ] {
+        let stderr = refused(&mut lake, &query, &sql, "InvalidArgument");
+        assert!(stderr.contains("LIKE: a pattern of"), "{stderr}");
+    }
+    // Patterns from a column, within their bounds, match: a LIKE, and an alternation of 2,000
+    // words.
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT count(*) AS n FROM generate_series(1, 20000) WHERE CAST(value AS VARCHAR) \
+             LIKE ('%' || CAST(value % 10 AS VARCHAR))"
+        ),
+        "n\n20000\n"
+    );
+    assert_eq!(
+        sql_ok(
+            &query,
+            "SELECT count(*) AS n FROM generate_series(1, 20000) WHERE CAST(value AS VARCHAR) ~ \
+             ('^(' || (SELECT string_agg(CAST(value AS VARCHAR), '|') \
+             FROM generate_series(1, 2000)) || ')$')"
+        ),
+        "n\n2000\n"
+    );
     // A percentile sketch of 2^31 centroids reserved 32 GiB when it first merged values.
     for sql in [
         "SELECT approx_percentile_cont(value, 0.5, 2147483647) FROM generate_series(1, 10)",

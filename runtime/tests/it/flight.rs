@@ -118,6 +118,23 @@ fn lake_sql_prints_every_format_and_clear_errors() {
         !ok && stderr.contains("InvalidArgument") && stderr.contains("make_date"),
         "{stderr}"
     );
+    // So is a pattern that does not compile, whichever function compiles it.
+    for (function, call) in [
+        ("regexp_replace", "regexp_replace(name, '(' || id, 'x')"),
+        // DataFusion simplifies regexp_like into the operator.
+        ("~", "regexp_like(name, '(' || id)"),
+        ("~", "name ~ ('(' || id)"),
+    ] {
+        let (ok, _, stderr) = lake_sql(
+            &lake.query,
+            &format!("SELECT {call} FROM shop.items"),
+            "table",
+        );
+        assert!(
+            !ok && stderr.contains("InvalidArgument") && stderr.contains(function),
+            "{call}: {stderr}"
+        );
+    }
     let (ok, _, stderr) = lake_sql(&lake.query, "DROP TABLE shop.items", "table");
     assert!(
         !ok && stderr.contains("PermissionDenied") && stderr.contains(&lake.metadata),

@@ -31,8 +31,11 @@ use super::{Budget, MIB};
 const PARSE_PER_BYTE: usize = 512;
 
 /// What parsing holds for each class escape or bracket (`\w`, `\pL`, `[…]`), at most: its
-/// Unicode ranges, measured up to 6.8 KB (`\w`).
+/// Unicode ranges, measured up to 6.8 KB (`\w`) …
 const PARSE_PER_CLASS: usize = 16 * 1024;
+/// … and in a pattern that ignores case, which adds every range's other cases (`\pL`'s 660
+/// ranges gain about 2,900, 42 KB).
+const PARSE_PER_FOLDED_CLASS: usize = 64 * 1024;
 
 /// The largest automaton the `regex` crate builds (its default `size_limit`), which DataFusion
 /// and Arrow compile with.
@@ -97,6 +100,11 @@ pub(super) fn held_by(function: &str, pattern: &str, budget: &Budget) -> Result<
 
 /// What parsing `pattern` may hold, at most (see [`PARSE_PER_BYTE`], [`PARSE_PER_CLASS`]).
 pub(super) fn parsing(pattern: &str) -> usize {
+    let per_class = if ignores_case(pattern) {
+        PARSE_PER_FOLDED_CLASS
+    } else {
+        PARSE_PER_CLASS
+    };
     let bytes = pattern.as_bytes();
     let mut classes = 0usize;
     let mut at = 0;
@@ -121,7 +129,18 @@ pub(super) fn parsing(pattern: &str) -> usize {
     bytes
         .len()
         .saturating_mul(PARSE_PER_BYTE)
-        .saturating_add(classes.saturating_mul(PARSE_PER_CLASS))
+        .saturating_add(classes.saturating_mul(per_class))
+}
+
+/// Whether some part of `pattern` may ignore case: a group of flags (`(?i)`, `(?si:…)`) naming
+/// `i`, wherever it is (an `i` turned off, `(?-i)`, counts too).
+fn ignores_case(pattern: &str) -> bool {
+    pattern.match_indices("(?").any(|(at, _)| {
+        pattern[at + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic() || *c == '-')
+            .any(|c| c == 'i')
+    })
 }
 
 /// What `compiled` holds while it searches: itself, its caches, and a PikeVM's slot tables (a
@@ -220,8 +239,11 @@ mod tests {
             "{refused}"
         );
         assert_eq!(budget.pool.reserved(), 0);
-        // Literals cost less than classes; both more than the budget at this length.
+        // Literals cost less than classes, and classes whose case is ignored more.
         assert!(parsing(&"\\w".repeat(1000)) > parsing(&"a".repeat(2000)));
+        let folded = format!("(?i){}", "\\pL".repeat(1000));
+        assert!(parsing(&folded) >= 1000 * PARSE_PER_FOLDED_CLASS);
+        assert!(ignores_case("a(?s-i:b)") && !ignores_case("(?s)a(b)"));
     }
 
     /// A pattern's automaton outgrowing the small limit is compiled again within the full one

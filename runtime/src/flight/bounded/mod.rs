@@ -56,6 +56,7 @@ mod deadline;
 mod expand;
 mod patterns;
 mod sketches;
+pub(in crate::flight) mod table_args;
 #[cfg(test)]
 mod testing;
 
@@ -332,6 +333,9 @@ enum Growth {
     Expand,
     /// [`CaseResult`]: what its argument (a CASE) built, claimed after it ran.
     Claim,
+    /// A regular expression operator ([`patterns::RegexOperator`]): a boolean per row, its
+    /// pattern compiled once and counted on its own (`patterns::by_pattern`).
+    Match,
 }
 
 const GROWTH: [(&str, Growth); 31] = [
@@ -378,6 +382,9 @@ fn growth_of(udf: &ScalarUDF) -> Option<Growth> {
     }
     if udf.inner().is::<CaseResult>() {
         return Some(Growth::Claim);
+    }
+    if udf.inner().is::<patterns::RegexOperator>() {
+        return Some(Growth::Match);
     }
     // The name, then each alias, looked up once: every session wraps every function, and
     // asking the function for its names once per table row was half of a session's cost.
@@ -622,6 +629,9 @@ fn failed_on_values(function: &str, e: DataFusionError) -> DataFusionError {
         {
             arrow.to_string()
         }
+        // A pattern that does not compile (`regexp_replace` returns the `regex` crate's error
+        // as it is).
+        DataFusionError::External(error) if patterns::takes_pattern(function) => error.to_string(),
         _ => return e,
     };
     DataFusionError::External(Box::new(tonic::Status::invalid_argument(format!(
@@ -999,7 +1009,7 @@ impl Counted {
             return Ok((total >= RESERVED_COPY_BYTES).then_some(total));
         };
         let modelled = match growth {
-            Growth::Claim => return Ok(None),
+            Growth::Claim | Growth::Match => return Ok(None),
             Growth::Expand => arg(0)
                 .map(total_size)
                 .unwrap_or(0)

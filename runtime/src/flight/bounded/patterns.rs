@@ -55,6 +55,11 @@ fn pattern_and_flags(function: &str) -> Option<(usize, Option<usize>)> {
     })
 }
 
+/// Whether `function` compiles a regular expression from its arguments.
+pub(super) fn takes_pattern(function: &str) -> bool {
+    pattern_and_flags(function).is_some()
+}
+
 /// `function` over `args`, once per group of its rows' patterns when its pattern is a column
 /// (see the module's documentation); `call` runs the function.
 pub(super) fn by_pattern(
@@ -291,12 +296,12 @@ pub(super) fn operators() -> impl Iterator<Item = Arc<ScalarUDF>> {
     OPERATORS
         .iter()
         .map(|operator| Arc::new(ScalarUDF::new_from_impl(RegexOperator::new(operator))))
-        .chain([Arc::new(ScalarUDF::new_from_impl(LikePattern::new()))])
+        .chain([false, true].map(|i| Arc::new(ScalarUDF::new_from_impl(LikePattern::new(i)))))
 }
 
 /// `e` as a call of [`RegexOperator`] if it matches a regular expression: every one once the
-/// plan is optimized (`every`); before, every one but those whose pattern is a short literal
-/// (left to DataFusion's simplifications, see the module's documentation).
+/// plan is optimized (`every`); before, every one but those matching a column's values against
+/// a short literal (left to DataFusion's simplifications, see the module's documentation).
 pub(super) fn operator_call(e: &Expr, every: bool) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
     let (name, left, right) = match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
@@ -324,7 +329,9 @@ pub(super) fn operator_call(e: &Expr, every: bool) -> Option<(Arc<ScalarUDF>, Ve
         ),
         _ => return None,
     };
-    if !every && matches!(e, Expr::BinaryExpr(_)) && short_literal(right) {
+    // A constant on the left would be folded by DataFusion's own kernel, uncounted.
+    let folded = left.column_refs().is_empty();
+    if !every && matches!(e, Expr::BinaryExpr(_)) && short_literal(right) && !folded {
         return None;
     }
     let operator = RegexOperator::named(name)?;
@@ -368,7 +375,7 @@ pub(super) fn bounded_like(e: Expr, budget: &Budget) -> Result<Transformed<Expr>
             ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
             _,
         ) => {
-            check_like(text.as_deref().map_or(0, str::len))?;
+            check_like(text.as_deref(), like.case_insensitive)?;
             Ok(Transformed::no(Expr::Like(like)))
         }
         Expr::Literal(..) => Ok(Transformed::no(Expr::Like(like))),
@@ -376,13 +383,16 @@ pub(super) fn bounded_like(e: Expr, budget: &Budget) -> Result<Transformed<Expr>
             Ok(Transformed::no(Expr::Like(like)))
         }
         _ => {
-            let guard = Arc::new(ScalarUDF::new_from_impl(LikePattern::new()));
+            let guard = LikePattern::new(like.case_insensitive);
             let pattern = std::mem::replace(
                 like.pattern.as_mut(),
                 Expr::Literal(ScalarValue::Null, None),
             );
             *like.pattern = Expr::ScalarFunction(ScalarFunction::new_udf(
-                Arc::new(super::counted(guard, budget)),
+                Arc::new(super::counted(
+                    Arc::new(ScalarUDF::new_from_impl(guard)),
+                    budget,
+                )),
                 vec![pattern],
             ));
             Ok(Transformed::yes(Expr::Like(like)))
@@ -392,33 +402,56 @@ pub(super) fn bounded_like(e: Expr, budget: &Budget) -> Result<Transformed<Expr>
 
 /// Whether `f` is [`LikePattern`].
 pub(super) fn is_like_pattern(f: &ScalarUDF) -> bool {
-    f.name() == LikePattern::NAME
+    [LikePattern::NAME, LikePattern::INSENSITIVE].contains(&f.name())
 }
 
-/// Refuses a LIKE pattern of `bytes` longer than [`MAX_LIKE_PATTERN_BYTES`] (INVALID_ARGUMENT).
-fn check_like(bytes: usize) -> Result<()> {
-    if bytes > MAX_LIKE_PATTERN_BYTES {
+/// Refuses a LIKE `pattern` longer than [`MAX_LIKE_PATTERN_BYTES`] that Arrow compiles into a
+/// regular expression (INVALID_ARGUMENT).
+fn check_like(pattern: Option<&str>, case_insensitive: bool) -> Result<()> {
+    let Some(pattern) = pattern else {
+        return Ok(());
+    };
+    if pattern.len() > MAX_LIKE_PATTERN_BYTES && compiled_like(pattern, case_insensitive) {
         return Err(DataFusionError::External(Box::new(
             tonic::Status::invalid_argument(format!(
-                "LIKE: a pattern of {bytes} bytes; at most {MAX_LIKE_PATTERN_BYTES} bytes are \
-                 compiled"
+                "LIKE: a pattern of {} bytes; at most {MAX_LIKE_PATTERN_BYTES} bytes are \
+                 compiled",
+                pattern.len()
             )),
         )));
     }
     Ok(())
 }
 
-/// A LIKE pattern as it is: refused if longer than [`MAX_LIKE_PATTERN_BYTES`].
+/// Whether Arrow compiles `pattern` into a regular expression: for LIKE, one with a wildcard
+/// other than a `%` at either end (the others are equality, prefix, suffix and substring
+/// tests); for ILIKE, any (which it does for text that is not ASCII).
+fn compiled_like(pattern: &str, case_insensitive: bool) -> bool {
+    let wildcard = |p: &str| p.contains(['%', '_', '\\']);
+    if case_insensitive {
+        return true;
+    }
+    let inner = pattern.strip_prefix('%').unwrap_or(pattern);
+    let inner = inner.strip_suffix('%').unwrap_or(inner);
+    wildcard(inner)
+}
+
+/// A LIKE pattern as it is: refused if Arrow would compile it and it is longer than
+/// [`MAX_LIKE_PATTERN_BYTES`].
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub(super) struct LikePattern {
+    /// Whether the pattern is an ILIKE's.
+    case_insensitive: bool,
     signature: Signature,
 }
 
 impl LikePattern {
     const NAME: &'static str = "like_pattern";
+    const INSENSITIVE: &'static str = "ilike_pattern";
 
-    fn new() -> Self {
+    fn new(case_insensitive: bool) -> Self {
         Self {
+            case_insensitive,
             signature: Signature::any(1, Volatility::Immutable),
         }
     }
@@ -426,7 +459,11 @@ impl LikePattern {
 
 impl ScalarUDFImpl for LikePattern {
     fn name(&self) -> &str {
-        Self::NAME
+        if self.case_insensitive {
+            Self::INSENSITIVE
+        } else {
+            Self::NAME
+        }
     }
 
     fn signature(&self) -> &Signature {
@@ -461,22 +498,14 @@ impl ScalarUDFImpl for LikePattern {
                 "a LIKE pattern takes one argument".into(),
             ));
         };
-        let longest = match &pattern {
-            ColumnarValue::Scalar(s) => match s {
-                ScalarValue::Utf8(t) | ScalarValue::LargeUtf8(t) | ScalarValue::Utf8View(t) => {
-                    t.as_deref().map_or(0, str::len)
-                }
-                _ => 0,
-            },
-            ColumnarValue::Array(a) => {
-                let texts = texts(Some(&pattern), a.len())?;
-                (0..a.len())
-                    .map(|row| texts.at(row).map_or(0, str::len))
-                    .max()
-                    .unwrap_or(0)
-            }
+        let rows = match &pattern {
+            ColumnarValue::Scalar(_) => 1,
+            ColumnarValue::Array(a) => a.len(),
         };
-        check_like(longest)?;
+        let patterns = texts(Some(&pattern), rows)?;
+        for row in 0..rows {
+            check_like(patterns.at(row), self.case_insensitive)?;
+        }
         Ok(pattern)
     }
 }
@@ -523,35 +552,63 @@ impl ScalarUDFImpl for RegexOperator {
         let (left, right) = two(&args.args)?;
         let rows = args.number_rows;
         let left = left.to_array(rows)?;
-        // Type coercion made the operands one type; a pattern of another is made the text's.
-        let right = right.to_array(rows)?;
-        let right = if right.data_type() == left.data_type() {
-            right
-        } else {
-            arrow::compute::cast(&right, left.data_type())?
+        let text = |other: &DataType| {
+            DataFusionError::Plan(format!("{} takes text, not {other}", self.name))
         };
-        let flags = self.flags().map(|f| vec![Some(f); rows]);
-        let matched: BooleanArray = match left.data_type() {
-            DataType::Utf8 => arrow::compute::regexp_is_match(
-                left.as_string::<i32>(),
-                right.as_string::<i32>(),
-                flags.map(arrow::array::StringArray::from).as_ref(),
-            )?,
-            DataType::LargeUtf8 => arrow::compute::regexp_is_match(
-                left.as_string::<i64>(),
-                right.as_string::<i64>(),
-                flags.map(arrow::array::LargeStringArray::from).as_ref(),
-            )?,
-            DataType::Utf8View => arrow::compute::regexp_is_match(
-                left.as_string_view(),
-                right.as_string_view(),
-                flags.map(arrow::array::StringViewArray::from).as_ref(),
-            )?,
-            other => {
-                return Err(DataFusionError::Plan(format!(
-                    "{} takes text, not {other}",
-                    self.name
-                )));
+        let matched: BooleanArray = match right {
+            // One pattern, compiled once (not copied into every row).
+            ColumnarValue::Scalar(pattern) => {
+                let ScalarValue::Utf8(Some(pattern)) = pattern.cast_to(&DataType::Utf8)? else {
+                    let nulls = arrow::array::new_null_array(&DataType::Boolean, rows);
+                    return Ok(ColumnarValue::Array(nulls));
+                };
+                let flags = self.flags();
+                match left.data_type() {
+                    DataType::Utf8 => arrow::compute::regexp_is_match_scalar(
+                        left.as_string::<i32>(),
+                        &pattern,
+                        flags,
+                    )?,
+                    DataType::LargeUtf8 => arrow::compute::regexp_is_match_scalar(
+                        left.as_string::<i64>(),
+                        &pattern,
+                        flags,
+                    )?,
+                    DataType::Utf8View => arrow::compute::regexp_is_match_scalar(
+                        left.as_string_view(),
+                        &pattern,
+                        flags,
+                    )?,
+                    other => return Err(text(other)),
+                }
+            }
+            ColumnarValue::Array(right) => {
+                // Type coercion made the operands one type; a pattern of another is made the
+                // text's.
+                let right = if right.data_type() == left.data_type() {
+                    right.clone()
+                } else {
+                    arrow::compute::cast(right, left.data_type())?
+                };
+                let flags = self.flags().map(|f| vec![Some(f); rows]);
+                match left.data_type() {
+                    DataType::Utf8 => arrow::compute::regexp_is_match(
+                        left.as_string::<i32>(),
+                        right.as_string::<i32>(),
+                        flags.map(arrow::array::StringArray::from).as_ref(),
+                    )?,
+                    DataType::LargeUtf8 => arrow::compute::regexp_is_match(
+                        left.as_string::<i64>(),
+                        right.as_string::<i64>(),
+                        flags.map(arrow::array::LargeStringArray::from).as_ref(),
+                    )?,
+                    DataType::Utf8View => arrow::compute::regexp_is_match(
+                        left.as_string_view(),
+                        right.as_string_view(),
+                        flags.map(arrow::array::StringViewArray::from).as_ref(),
+                    )?,
+                    other => return Err(text(other)),
+                }
             }
         };
         let matched = if self.negated {

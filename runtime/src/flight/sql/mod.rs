@@ -408,6 +408,7 @@ pub(super) async fn plan(
     }
     number_placeholders(&mut statement);
     binary_types_as_bytea(&mut statement);
+    super::bounded::table_args::check(&statement)?;
     if enumerates_the_warehouse(&statement)? {
         list_the_warehouse(ctx).await?;
     }

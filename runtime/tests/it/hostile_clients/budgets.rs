@@ -438,6 +438,16 @@ fn functions_stop_at_the_statement_deadline() {
     ] {
         refused(&mut lake, &query, sql, "DeadlineExceeded");
     }
+    // A LIKE pattern per row, each compiled by Arrow into a regular expression in one call no
+    // deadline stops (8,192 of 4 KB: a minute): refused by what compiling them takes.
+    let stderr = refused(
+        &mut lake,
+        &query,
+        "SELECT count(*) FROM generate_series(1, 100000) WHERE 'x' LIKE \
+         (repeat('a_', 2000) || CAST(value AS VARCHAR))",
+        "ResourceExhausted",
+    );
+    assert!(stderr.contains("steps"), "{stderr}");
     // Patterns from a column that repeat are compiled once per batch, and match as they did.
     let starts_with_remainder = (1..=20000u32)
         .filter(|v| v.to_string().starts_with(&(v % 100).to_string()))

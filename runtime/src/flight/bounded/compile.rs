@@ -51,7 +51,7 @@ const COMPILING_PER_LIMIT: usize = 4;
 
 /// What a compiled expression may hold beyond its own size while it searches: its lazy DFAs'
 /// caches, forwards and in reverse (2 MiB each in the `regex` crate).
-pub(super) const SEARCH_CACHE_BYTES: usize = 4 * MIB;
+const SEARCH_CACHE_BYTES: usize = 4 * MIB;
 
 /// What a compiled expression's search caches may hold for each byte of the expression (the
 /// backtracker's visited set, a one-pass DFA's captures): about 4 times over, measured.
@@ -70,32 +70,31 @@ pub(super) fn held_by(function: &str, pattern: &str, budget: &Budget) -> Result<
     if let Some(held) = budget.measured.get(pattern) {
         return Ok(held);
     }
+    let held = measure(function, pattern, budget)?;
+    budget.measured.keep(pattern, held);
+    Ok(held)
+}
+
+/// [`held_by`], compiled within the smallest limit first: a pattern whose automaton outgrows
+/// it is compiled again within the next, with what that may hold reserved instead.
+fn measure(function: &str, pattern: &str, budget: &Budget) -> Result<usize> {
     let parsing = parsing(pattern);
-    let mut held = None;
-    // Within the smallest limit first; a pattern whose automaton outgrows it is compiled again
-    // within the next, with what that may hold reserved instead.
+    let compiling =
+        |limit: usize| parsing.saturating_add(limit.saturating_mul(COMPILING_PER_LIMIT));
     for limit in NFA_LIMITS {
         budget.deadline.check(function)?;
-        let compiling = parsing.saturating_add(limit.saturating_mul(COMPILING_PER_LIMIT));
-        let _compiling = reserve(function, pattern, compiling, budget)?;
+        let _compiling = reserve(function, pattern, compiling(limit), budget)?;
         let built = meta::Regex::builder()
             .configure(meta::Config::new().nfa_size_limit(Some(limit)))
             .build(pattern);
         match built {
-            Ok(compiled) => {
-                held = Some(searching(&compiled).max(compiling));
-                break;
-            }
+            Ok(compiled) => return Ok(searching(&compiled).max(compiling(limit))),
             Err(e) if e.size_limit().is_some() && limit < NFA_LIMIT => continue,
-            Err(_) => {
-                held = Some(compiling);
-                break;
-            }
+            Err(_) => return Ok(compiling(limit)),
         }
     }
-    let held = held.unwrap_or(usize::MAX);
-    budget.measured.keep(pattern, held);
-    Ok(held)
+    // The last limit is the full one: every pattern ends above.
+    Ok(compiling(NFA_LIMIT))
 }
 
 /// What parsing `pattern` may hold, at most (see [`PARSE_PER_BYTE`], [`PARSE_PER_CLASS`]).

@@ -81,7 +81,7 @@ pub(super) fn by_pattern(
             return call(args);
         };
         let complete = compiled(function, pattern, flags.as_deref().or(operator_flags));
-        let held = compile::held_by(function, &complete, budget)?;
+        let held = compiled_copies(function, &complete, budget)?;
         let _compiled = reserve(function, held, budget)?;
         return call(args);
     }
@@ -105,7 +105,7 @@ pub(super) fn by_pattern(
     }
     let held = distinct
         .iter()
-        .map(|complete| compile::held_by(function, complete, budget))
+        .map(|complete| compiled_copies(function, complete, budget))
         .collect::<Result<Vec<_>>>()?;
 
     // Patterns in the order rows first name them, a group closed when the next would not fit.
@@ -170,6 +170,18 @@ pub(super) fn by_pattern(
     Ok(ColumnarValue::Array(arrow::compute::interleave(
         &parts, &position,
     )?))
+}
+
+/// What `function` holds compiling `pattern`: `regexp_replace` compiles a second expression,
+/// the pattern without its `.*$`, when it extracts a group (`'^…(x)….*$'`, `'\1'`).
+fn compiled_copies(function: &str, pattern: &str, budget: &Budget) -> Result<usize> {
+    let held = compile::held_by(function, pattern, budget)?;
+    let extracts = function == "regexp_replace" && pattern.ends_with(".*$");
+    Ok(if extracts {
+        held.saturating_mul(2)
+    } else {
+        held
+    })
 }
 
 /// `pattern` as `function` compiles it with `flags`: the flags first, as the functions write
@@ -718,6 +730,23 @@ mod tests {
         );
         assert!(with_g.unwrap() < 8 * MIB);
         assert!(without.unwrap() > 8 * MIB);
+    }
+
+    /// `regexp_replace` extracting a group compiles the pattern twice (the second without its
+    /// `.*$`): counted twice.
+    #[test]
+    fn an_extracting_replace_counts_its_second_expression() {
+        let budget = super::super::testing::budget(1 << 30);
+        let pattern = "^a{1000}(b).*$";
+        let once = compile::held_by("regexp_like", pattern, &budget).unwrap();
+        assert_eq!(
+            compiled_copies("regexp_like", pattern, &budget).unwrap(),
+            once
+        );
+        assert_eq!(
+            compiled_copies("regexp_replace", pattern, &budget).unwrap(),
+            2 * once
+        );
     }
 
     /// A pattern that alone holds more than the query may is refused before it is compiled

@@ -132,13 +132,14 @@ pub(super) fn parsing(pattern: &str) -> usize {
 }
 
 /// Whether some part of `pattern` may ignore case: a group of flags (`(?i)`, `(?si:…)`) naming
-/// `i`, wherever it is (an `i` turned off, `(?-i)`, counts too).
+/// `i`, wherever it is (an `i` turned off, `(?-i)`, counts too), or `x`, after which a group of
+/// flags may be spelled with spaces and comments (`(?x)( ?i)`).
 fn ignores_case(pattern: &str) -> bool {
     pattern.match_indices("(?").any(|(at, _)| {
         pattern[at + 2..]
             .chars()
             .take_while(|c| c.is_ascii_alphabetic() || *c == '-')
-            .any(|c| c == 'i')
+            .any(|c| c == 'i' || c == 'x')
     })
 }
 
@@ -243,6 +244,7 @@ mod tests {
         let folded = format!("(?i){}", "\\pL".repeat(1000));
         assert!(parsing(&folded) >= 1000 * PARSE_PER_FOLDED_CLASS);
         assert!(ignores_case("a(?s-i:b)") && !ignores_case("(?s)a(b)"));
+        assert!(ignores_case("(?x)( ?i)\\pL"));
     }
 
     /// A pattern's automaton outgrowing the small limit is compiled again within the full one

@@ -505,7 +505,7 @@ pub(super) fn count_calls(expr: Expr, budget: &Budget, every: bool) -> Result<Tr
         }
         e @ Expr::Like(_) => patterns::bounded_like(e, budget),
         e @ (Expr::BinaryExpr(_) | Expr::SimilarTo(_)) => {
-            match patterns::operator_call(&e, every) {
+            match patterns::operator_call(&e, every, budget) {
                 Some((operator, args)) => Ok(Transformed::yes(Expr::ScalarFunction(
                     ScalarFunction::new_udf(Arc::new(counted(operator, budget)), args),
                 ))),
@@ -1009,7 +1009,18 @@ impl Counted {
             return Ok((total >= RESERVED_COPY_BYTES).then_some(total));
         };
         let modelled = match growth {
-            Growth::Claim | Growth::Match => return Ok(None),
+            Growth::Claim => return Ok(None),
+            // Its pattern is counted on its own (`patterns::by_pattern`) and never copied; a
+            // constant text matched against a column of patterns is, into every row.
+            Growth::Match => {
+                let copied = match (arg(0), arg(1)) {
+                    (Some(ColumnarValue::Scalar(text)), Some(ColumnarValue::Array(_))) => {
+                        (text.size() as i64).saturating_mul(rows as i64)
+                    }
+                    _ => 0,
+                };
+                return Ok((copied >= RESERVED_COPY_BYTES).then_some(copied));
+            }
             Growth::Expand => arg(0)
                 .map(total_size)
                 .unwrap_or(0)

@@ -314,7 +314,11 @@ pub(super) fn operators() -> impl Iterator<Item = Arc<ScalarUDF>> {
 /// `e` as a call of [`RegexOperator`] if it matches a regular expression: every one once the
 /// plan is optimized (`every`); before, every one but those matching a column's values against
 /// a short literal (left to DataFusion's simplifications, see the module's documentation).
-pub(super) fn operator_call(e: &Expr, every: bool) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
+pub(super) fn operator_call(
+    e: &Expr,
+    every: bool,
+    budget: &Budget,
+) -> Option<(Arc<ScalarUDF>, Vec<Expr>)> {
     let (name, left, right) = match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
             Operator::RegexMatch => ("~", left, right),
@@ -341,12 +345,18 @@ pub(super) fn operator_call(e: &Expr, every: bool) -> Option<(Arc<ScalarUDF>, Ve
         ),
         _ => return None,
     };
-    // A constant on the left would be folded by DataFusion's own kernel, uncounted.
+    let operator = RegexOperator::named(name)?;
+    // A constant on the left would be folded by DataFusion's own kernel, uncounted (and so may
+    // a left side simplified into one: `CASE WHEN false THEN s ELSE 'b' END`, hence a pattern
+    // left to DataFusion is one that holds little).
     let folded = left.column_refs().is_empty();
-    if !every && matches!(e, Expr::BinaryExpr(_)) && short_literal(right) && !folded {
+    if !every
+        && matches!(e, Expr::BinaryExpr(_))
+        && !folded
+        && short_literal(right, operator.flags(), budget)
+    {
         return None;
     }
-    let operator = RegexOperator::named(name)?;
     Some((
         Arc::new(ScalarUDF::new_from_impl(operator)),
         vec![left.as_ref().clone(), right.as_ref().clone()],
@@ -354,18 +364,24 @@ pub(super) fn operator_call(e: &Expr, every: bool) -> Option<(Arc<ScalarUDF>, Ve
 }
 
 /// The longest literal pattern left to DataFusion's simplifications before the plan is
-/// optimized, in what parsing it may hold (a few KB of pattern).
+/// optimized, in what parsing it may hold (a few KB of pattern) …
 const SIMPLIFIED_PARSE_BYTES: usize = 4 * MIB;
+/// … and in what it holds compiled (DataFusion may fold it uncounted).
+const SIMPLIFIED_HELD_BYTES: usize = 16 * MIB;
 
-/// Whether `e` is a literal text (or NULL) short enough for DataFusion to parse uncounted.
-fn short_literal(e: &Expr) -> bool {
+/// Whether `e` is a literal text (or NULL) small enough for DataFusion to parse and compile
+/// uncounted, as the operator of `flags` compiles it.
+fn short_literal(e: &Expr, flags: Option<&str>, budget: &Budget) -> bool {
     match e {
         Expr::Literal(
             ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
             _,
-        ) => text
-            .as_deref()
-            .is_none_or(|text| compile::parsing(text) <= SIMPLIFIED_PARSE_BYTES),
+        ) => text.as_deref().is_none_or(|text| {
+            // A pattern the budget cannot measure is left to the counted call, which refuses it.
+            compile::parsing(text) <= SIMPLIFIED_PARSE_BYTES
+                && compile::held_by("~", &compiled("~", text, flags), budget)
+                    .is_ok_and(|held| held <= SIMPLIFIED_HELD_BYTES)
+        }),
         Expr::Literal(ScalarValue::Null, _) => true,
         _ => false,
     }
@@ -586,7 +602,12 @@ impl ScalarUDFImpl for RegexOperator {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let (left, right) = two(&args.args)?;
-        let rows = args.number_rows;
+        // Two constants make one value, not one per row.
+        let scalar = matches!(
+            (left, right),
+            (ColumnarValue::Scalar(_), ColumnarValue::Scalar(_))
+        );
+        let rows = if scalar { 1 } else { args.number_rows };
         let left = left.to_array(rows)?;
         let text = |other: &DataType| {
             DataFusionError::Plan(format!("{} takes text, not {other}", self.name))
@@ -595,6 +616,9 @@ impl ScalarUDFImpl for RegexOperator {
             // One pattern, compiled once (not copied into every row).
             ColumnarValue::Scalar(pattern) => {
                 let ScalarValue::Utf8(Some(pattern)) = pattern.cast_to(&DataType::Utf8)? else {
+                    if scalar {
+                        return Ok(ColumnarValue::Scalar(ScalarValue::Boolean(None)));
+                    }
                     let nulls = arrow::array::new_null_array(&DataType::Boolean, rows);
                     return Ok(ColumnarValue::Array(nulls));
                 };
@@ -652,6 +676,11 @@ impl ScalarUDFImpl for RegexOperator {
         } else {
             matched
         };
+        if scalar {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                &matched, 0,
+            )?));
+        }
         Ok(ColumnarValue::Array(Arc::new(matched)))
     }
 }

@@ -7,27 +7,33 @@
 
 use std::ops::ControlFlow;
 
-use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::parser::{CopyToSource, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, TableFactor, Visit, Visitor};
 use tonic::Status;
 
 /// Refuses `statement` if a table function's argument matches a pattern with an operator.
 pub(in crate::flight) fn check(statement: &DFStatement) -> Result<(), Status> {
-    let statement = match statement {
-        DFStatement::Statement(s) => s.as_ref(),
-        DFStatement::Explain(e) => match e.statement.as_ref() {
-            DFStatement::Statement(s) => s.as_ref(),
-            _ => return Ok(()),
-        },
-        _ => return Ok(()),
-    };
-    match statement.visit(&mut TableFunctions) {
+    match visit(statement) {
         ControlFlow::Break(operator) => Err(Status::invalid_argument(format!(
             "a table function's arguments may not use {operator}: DataFusion evaluates them \
              outside the statement's memory budget (compute the value in a subquery, or use \
              regexp_like)"
         ))),
         ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// Every query `statement` holds, however wrapped: DataFusion plans an EXPLAIN's statement (an
+/// EXPLAIN of an EXPLAIN too) and a COPY's query before it refuses either.
+fn visit(statement: &DFStatement) -> ControlFlow<&'static str> {
+    match statement {
+        DFStatement::Statement(s) => s.visit(&mut TableFunctions),
+        DFStatement::Explain(e) => visit(&e.statement),
+        DFStatement::CopyTo(copy) => match &copy.source {
+            CopyToSource::Query(query) => query.visit(&mut TableFunctions),
+            CopyToSource::Relation(_) => ControlFlow::Continue(()),
+        },
+        DFStatement::CreateExternalTable(_) | DFStatement::Reset(_) => ControlFlow::Continue(()),
     }
 }
 
@@ -107,6 +113,20 @@ mod tests {
                 "SELECT * FROM (SELECT * FROM generate_series(1, CASE WHEN 'a' SIMILAR TO \
                  'b' THEN 2 END))",
                 "SIMILAR TO",
+            ),
+            (
+                "EXPLAIN EXPLAIN SELECT * FROM generate_series(1, CASE WHEN 'a' ~* 'b' THEN 2 END)",
+                "~*",
+            ),
+            (
+                "COPY (SELECT * FROM generate_series(1, CASE WHEN 'a' !~ 'b' THEN 2 END)) \
+                 TO 'x.csv'",
+                "!~",
+            ),
+            (
+                "EXPLAIN COPY (SELECT * FROM range(CASE WHEN 'a' NOT LIKE 'b' THEN 2 END)) \
+                 TO 'x.csv'",
+                "LIKE",
             ),
         ] {
             let refused = checked(sql).unwrap_err();

@@ -201,6 +201,19 @@ fn no_statement_outgrows_the_query_budget() {
             "SELECT regexp_like(repeat('b', 200), '{}(?:a{{0,250}}){{0,250}}')",
             "()".repeat(3000)
         ),
+        // … and against a column DataFusion simplifies into a constant (lake counts the CASE
+        // first; the pattern's measure in `short_literal` guards what this does not reach).
+        format!(
+            "SELECT count(*) FROM generate_series(1, 3) WHERE CASE WHEN false THEN \
+             CAST(value AS VARCHAR) ELSE repeat('b', 200) END ~ '{}(?:a{{0,250}}){{0,250}}'",
+            "()".repeat(3000)
+        ),
+        // A constant text matched against a column of patterns is copied into every row: 4 MB,
+        // 8,192 times.
+        String::from(
+            "SELECT count(*) FROM generate_series(1, 100000) WHERE \
+             arrow_cast(repeat('b', 4000000), 'LargeUtf8') ~ CAST(value % 2 AS VARCHAR)",
+        ),
     ])
     .chain(beyond_functions())
     {
@@ -256,6 +269,15 @@ fn no_statement_outgrows_the_query_budget() {
         &query,
         "SELECT count(*) FROM generate_series(1, CASE WHEN 'a' ~ repeat('\\w', 1000000) \
          THEN 2 ELSE 3 END)",
+        "InvalidArgument",
+    );
+    assert!(stderr.contains("may not use ~"), "{stderr}");
+    // DataFusion plans an EXPLAIN's statement before it refuses a nested EXPLAIN.
+    let stderr = refused(
+        &mut lake,
+        &query,
+        "EXPLAIN EXPLAIN SELECT count(*) FROM generate_series(1, CASE WHEN 'a' ~ \
+         repeat('\\w', 1000000) THEN 2 ELSE 3 END)",
         "InvalidArgument",
     );
     assert!(stderr.contains("may not use ~"), "{stderr}");

@@ -83,7 +83,8 @@ fn measure(function: &str, pattern: &str, budget: &Budget) -> Result<usize> {
         |limit: usize| parsing.saturating_add(limit.saturating_mul(COMPILING_PER_LIMIT));
     for limit in NFA_LIMITS {
         budget.deadline.check(function)?;
-        let _compiling = reserve(function, pattern, compiling(limit), budget)?;
+        let held = format!("pattern of {} bytes, while it is compiled,", pattern.len());
+        let _compiling = reserve(function, &held, compiling(limit), budget)?;
         let built = meta::Regex::builder()
             .configure(meta::Config::new().nfa_size_limit(Some(limit)))
             .build(pattern);
@@ -160,20 +161,21 @@ fn searching(compiled: &meta::Regex) -> usize {
         .saturating_add(SEARCH_CACHE_BYTES)
 }
 
-fn reserve(
+/// Reserves `bytes` from the query's pool for what `function`'s `held` (its patterns, compiled
+/// or compiling) holds, for as long as the reservation lives.
+pub(super) fn reserve(
     function: &str,
-    pattern: &str,
+    held: &str,
     bytes: usize,
     budget: &Budget,
 ) -> Result<MemoryReservation> {
     let reservation =
-        MemoryConsumer::new(format!("lake: {function}() compiling")).register(&budget.pool);
+        MemoryConsumer::new(format!("lake: {function}() patterns")).register(&budget.pool);
     reservation.try_grow(bytes).map_err(|_| {
         DataFusionError::ResourcesExhausted(format!(
-            "{}'s pattern of {} bytes may hold {bytes} bytes while it is compiled; the query \
-             holds {} of its {} MiB (LAKE_QUERY_MEMORY_LIMIT_MB)",
+            "{}'s {held} would hold {bytes} bytes; the query holds {} of its {} MiB \
+             (LAKE_QUERY_MEMORY_LIMIT_MB)",
             super::shown(function),
-            pattern.len(),
             budget.pool.reserved(),
             budget.limit() / MIB
         ))

@@ -30,7 +30,6 @@ use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, UInt32Array};
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, Like, Operator, ReturnFieldArgs, ScalarFunctionArgs,
@@ -82,7 +81,7 @@ pub(super) fn by_pattern(
         };
         let complete = compiled(function, pattern, flags.as_deref().or(operator_flags));
         let held = compiled_copies(function, &complete, budget)?;
-        let _compiled = reserve(function, held, budget)?;
+        let _compiled = compile::reserve(function, "regular expressions", held, budget)?;
         return call(args);
     }
 
@@ -122,7 +121,7 @@ pub(super) fn by_pattern(
         group_of_key.push(group_bytes.len() - 1);
     }
     if group_bytes.len() == 1 {
-        let _compiled = reserve(function, group_bytes[0], budget)?;
+        let _compiled = compile::reserve(function, "regular expressions", group_bytes[0], budget)?;
         return call(args);
     }
 
@@ -155,7 +154,7 @@ pub(super) fn by_pattern(
             })
             .collect::<Result<Vec<_>>>()?;
         let out = {
-            let _compiled = reserve(function, bytes, budget)?;
+            let _compiled = compile::reserve(function, "regular expressions", bytes, budget)?;
             call(ScalarFunctionArgs {
                 args: sub_args,
                 arg_fields: args.arg_fields.clone(),
@@ -199,21 +198,6 @@ fn compiled(function: &str, pattern: &str, flags: Option<&str>) -> String {
     } else {
         format!("(?{flags}){pattern}")
     }
-}
-
-fn reserve(function: &str, bytes: usize, budget: &Budget) -> Result<MemoryReservation> {
-    let reservation =
-        MemoryConsumer::new(format!("lake: {function}() patterns")).register(&budget.pool);
-    reservation.try_grow(bytes).map_err(|_| {
-        DataFusionError::ResourcesExhausted(format!(
-            "{}'s regular expressions would hold {bytes} bytes compiled; the query holds {} of \
-             its {} MiB (LAKE_QUERY_MEMORY_LIMIT_MB)",
-            super::shown(function),
-            budget.pool.reserved(),
-            budget.limit() / MIB
-        ))
-    })?;
-    Ok(reservation)
 }
 
 /// A text argument row by row.
@@ -372,18 +356,25 @@ const SIMPLIFIED_HELD_BYTES: usize = 16 * MIB;
 /// Whether `e` is a literal text (or NULL) small enough for DataFusion to parse and compile
 /// uncounted, as the operator of `flags` compiles it.
 fn short_literal(e: &Expr, flags: Option<&str>, budget: &Budget) -> bool {
-    match e {
-        Expr::Literal(
-            ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
-            _,
-        ) => text.as_deref().is_none_or(|text| {
+    literal_text(e).is_some_and(|text| {
+        text.is_none_or(|text| {
             // A pattern the budget cannot measure is left to the counted call, which refuses it.
             compile::parsing(text) <= SIMPLIFIED_PARSE_BYTES
                 && compile::held_by("~", &compiled("~", text, flags), budget)
                     .is_ok_and(|held| held <= SIMPLIFIED_HELD_BYTES)
-        }),
-        Expr::Literal(ScalarValue::Null, _) => true,
-        _ => false,
+        })
+    })
+}
+
+/// The text of `e` if it is a literal text or NULL (`Some(None)` for NULL).
+fn literal_text(e: &Expr) -> Option<Option<&str>> {
+    match e {
+        Expr::Literal(
+            ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
+            _,
+        ) => Some(text.as_deref()),
+        Expr::Literal(ScalarValue::Null, _) => Some(None),
+        _ => None,
     }
 }
 
@@ -402,14 +393,11 @@ pub(super) fn bounded_like(e: Expr, budget: &Budget) -> Result<Transformed<Expr>
     let Expr::Like(mut like) = e else {
         return Ok(Transformed::no(e));
     };
+    if let Some(text) = literal_text(&like.pattern) {
+        check_like(text, like.case_insensitive)?;
+        return Ok(Transformed::no(Expr::Like(like)));
+    }
     match like.pattern.as_ref() {
-        Expr::Literal(
-            ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
-            _,
-        ) => {
-            check_like(text.as_deref(), like.case_insensitive)?;
-            Ok(Transformed::no(Expr::Like(like)))
-        }
         Expr::Literal(..) => Ok(Transformed::no(Expr::Like(like))),
         Expr::ScalarFunction(f) if is_like_pattern(&f.func) => {
             Ok(Transformed::no(Expr::Like(like)))
@@ -504,32 +492,19 @@ impl ScalarUDFImpl for LikePattern {
 
     /// The pattern's own name: the LIKE's column is named as it was.
     fn schema_name(&self, args: &[Expr]) -> Result<String> {
-        match args {
-            [pattern] => Ok(pattern.schema_name().to_string()),
-            _ => super::operands("a LIKE pattern", args).map(|_| String::new()),
-        }
+        Ok(one(args)?.schema_name().to_string())
     }
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        arg_types
-            .first()
-            .cloned()
-            .ok_or_else(|| DataFusionError::Plan("a LIKE pattern takes one argument".into()))
+        one(arg_types).cloned()
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
-        args.arg_fields
-            .first()
-            .cloned()
-            .ok_or_else(|| DataFusionError::Plan("a LIKE pattern takes one argument".into()))
+        one(args.arg_fields).cloned()
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let Some(pattern) = args.args.into_iter().next() else {
-            return Err(DataFusionError::Plan(
-                "a LIKE pattern takes one argument".into(),
-            ));
-        };
+        let pattern = one(&args.args)?.clone();
         let rows = match &pattern {
             ColumnarValue::Scalar(_) => 1,
             ColumnarValue::Array(a) => a.len(),
@@ -559,6 +534,17 @@ impl ScalarUDFImpl for LikePattern {
             )));
         }
         Ok(pattern)
+    }
+}
+
+/// A LIKE pattern check's one argument.
+fn one<T>(items: &[T]) -> Result<&T> {
+    match items {
+        [one] => Ok(one),
+        _ => Err(DataFusionError::Internal(format!(
+            "a LIKE pattern's check takes one argument, given {}",
+            items.len()
+        ))),
     }
 }
 

@@ -6,13 +6,17 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::Ticket;
 use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::{Any, Command};
 use datafusion::logical_expr::LogicalPlan;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
-use tonic::{Response, Status};
+use prost::Message as _;
+use tonic::{Request, Response, Status};
 
 use super::handle::Handle;
+use super::ipc::{Message, Messages};
 use super::options::SessionOptions;
 use super::plans::PlanCache;
 use super::service::LakeFlightSql;
@@ -20,21 +24,39 @@ use super::sql;
 use super::statement::rows_schema;
 use super::wire::to_wire;
 
-/// The most bytes of one FlightData message.
-const MAX_FLIGHT_DATA: usize = 2 * 1024 * 1024;
-
 pub(super) type DoGetStream =
     Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
 
 type FlightBatches = futures::stream::BoxStream<'static, Result<RecordBatch, FlightError>>;
 
 impl LakeFlightSql {
+    /// DoGet: a statement's rows as messages that reference their batches' buffers; any other
+    /// ticket (the catalog commands) through arrow-flight's Flight SQL dispatch.
+    pub(super) async fn messages(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Messages>, Status> {
+        let command = Any::decode(&*request.get_ref().ticket)
+            .ok()
+            .and_then(|any| Command::try_from(any).ok());
+        let handle = match command {
+            Some(Command::TicketStatementQuery(ticket)) => ticket.statement_handle,
+            Some(Command::CommandPreparedStatementQuery(query)) => query.prepared_statement_handle,
+            _ => {
+                let response = FlightService::do_get(self, request).await?;
+                return Ok(response.map(|data| data.map_ok(Message::whole).boxed()));
+            }
+        };
+        let options = SessionOptions::from_metadata(request.metadata());
+        self.fetch(&handle, &options).await
+    }
+
     /// The rows of the statement `handle` names.
     pub(super) async fn fetch(
         &self,
         handle: &[u8],
         options: &SessionOptions,
-    ) -> Result<Response<DoGetStream>, Status> {
+    ) -> Result<Response<Messages>, Status> {
         match self.handles.decode(handle)? {
             Handle::Done(rows) => {
                 let schema = rows_schema();
@@ -43,7 +65,10 @@ impl LakeFlightSql {
                     vec![Arc::new(arrow::array::Int64Array::from(vec![rows]))],
                 )
                 .map_err(|e| Status::internal(e.to_string()))?;
-                Ok(single(Ok(batch), schema))
+                Ok(Response::new(super::ipc::encode(
+                    schema,
+                    stream::iter([Ok(batch)]).boxed(),
+                )))
             }
             handle => self.fetch_read(handle, options).await,
         }
@@ -53,7 +78,7 @@ impl LakeFlightSql {
         &self,
         handle: Handle,
         options: &SessionOptions,
-    ) -> Result<Response<DoGetStream>, Status> {
+    ) -> Result<Response<Messages>, Status> {
         // The plan GetFlightInfo made, or (redeemed before, expired, another process) the
         // statement planned again. A planned statement is registered as running from here on,
         // so a CancelFlightInfo while it plans or executes still stops it.
@@ -145,7 +170,7 @@ impl LakeFlightSql {
             None => wire,
         };
         let wire = with_deadline(wire, deadline, limit, slot);
-        Ok(Response::new(encode(schema, wire)))
+        Ok(Response::new(super::ipc::encode(schema, wire)))
     }
 }
 
@@ -238,13 +263,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn encode(schema: SchemaRef, batches: FlightBatches) -> DoGetStream {
-    FlightDataEncoderBuilder::new()
-        .with_schema(schema)
-        .with_max_flight_data_size(MAX_FLIGHT_DATA)
-        .build(batches)
-        .map_err(Status::from)
-        .boxed()
+/// `messages` as FlightData (for arrow-flight's Flight SQL dispatch, which wants them whole).
+pub(super) fn flight_data(messages: Messages) -> DoGetStream {
+    messages.map_ok(Message::into_flight_data).boxed()
 }
 
 /// One batch (or the error building it) as a DoGet response.
@@ -252,7 +273,10 @@ pub(super) fn single(
     batch: Result<RecordBatch, FlightError>,
     schema: SchemaRef,
 ) -> Response<DoGetStream> {
-    Response::new(encode(schema, stream::iter([batch]).boxed()))
+    Response::new(flight_data(super::ipc::encode(
+        schema,
+        stream::iter([batch]).boxed(),
+    )))
 }
 
 #[cfg(test)]

@@ -10,11 +10,13 @@ mod commands;
 mod copy;
 mod depth;
 mod distributed;
+mod do_get;
 mod fetch;
 mod handle;
 mod index;
 mod info;
 mod ingress;
+mod ipc;
 mod limits;
 mod modulo;
 mod nested;
@@ -177,12 +179,16 @@ pub async fn serve(
         Role::Query { .. } => MAX_DECODING_QUERY,
         Role::Metadata(_) => MAX_DECODING,
     };
-    let service = FlightServiceServer::new(surface::LakeFlightService(LakeFlightSql::new(
+    let flight = std::sync::Arc::new(surface::LakeFlightService(LakeFlightSql::new(
         role,
         tokens.clone(),
         limits,
-    )?))
-    .max_decoding_message_size(limit);
+    )?));
+    let service = do_get::Routes::new(
+        FlightServiceServer::from_arc(flight.clone()).max_decoding_message_size(limit),
+        flight,
+        limit,
+    );
     // HTTP/2 frames of up to 1 MiB instead of 16 KiB, and a receive window that grows with the
     // connection's bandwidth-delay product: a client's bulk upload (ingest, COPY's parameters)
     // is otherwise cut into thousands of frames and stalls on 64 KiB windows.

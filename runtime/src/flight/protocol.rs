@@ -26,7 +26,7 @@ use super::catalog::CATALOG;
 use super::commands::{
     command_info, foreign_keys_schema, no_foreign_keys, no_primary_keys, primary_keys_schema,
 };
-use super::fetch::single;
+use super::fetch::{flight_data, single};
 use super::handle::Handle;
 use super::options::SessionOptions;
 use super::service::LakeFlightSql;
@@ -83,7 +83,8 @@ impl FlightSqlService for LakeFlightSql {
         request: Request<Ticket>,
     ) -> Result<Rows, Status> {
         let options = SessionOptions::from_metadata(request.metadata());
-        self.fetch(&ticket.statement_handle, &options).await
+        let rows = self.fetch(&ticket.statement_handle, &options).await?;
+        Ok(rows.map(flight_data))
     }
 
     async fn do_put_statement_update(
@@ -203,7 +204,10 @@ impl FlightSqlService for LakeFlightSql {
         request: Request<Ticket>,
     ) -> Result<Rows, Status> {
         let options = SessionOptions::from_metadata(request.metadata());
-        self.fetch(&query.prepared_statement_handle, &options).await
+        let rows = self
+            .fetch(&query.prepared_statement_handle, &options)
+            .await?;
+        Ok(rows.map(flight_data))
     }
 
     async fn get_flight_info_sql_info(

@@ -18,6 +18,7 @@ use std::pin::Pin;
 use futures::{FutureExt, Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::ipc::Messages;
 use super::redact::Redactor;
 use super::service::LakeFlightSql;
 
@@ -66,6 +67,16 @@ fn guard_stream<T: Send + 'static>(
 }
 
 impl LakeFlightService {
+    /// DoGet's messages, guarded like every call.
+    pub(super) async fn do_get_messages(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Messages>, Status> {
+        let response = self.guard("DoGet", self.0.messages(request)).await?;
+        let redactor = self.0.redactor().clone();
+        Ok(response.map(|stream| guard_stream("DoGet", stream, redactor)))
+    }
+
     async fn guard<T>(
         &self,
         call: &'static str,
@@ -135,15 +146,14 @@ impl FlightService for LakeFlightService {
         .await
     }
 
+    /// Reached only by in-process callers: the server answers DoGet in `do_get` (its
+    /// messages framed without a copy).
     async fn do_get(
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
-        let response = self
-            .guard("DoGet", FlightService::do_get(&self.0, request))
-            .await?;
-        let redactor = self.0.redactor().clone();
-        Ok(response.map(|stream| guard_stream("DoGet", stream, redactor)))
+        let response = self.do_get_messages(request).await?;
+        Ok(response.map(super::fetch::flight_data))
     }
 
     async fn do_put(

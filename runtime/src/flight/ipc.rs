@@ -146,17 +146,48 @@ pub(super) fn encode(
     }
     let options = IpcWriteOptions::default();
     let head = Message::whole(FlightData::from(SchemaAsIpc::new(&schema, &options)));
+    let declared = schema.clone();
     let messages = batches
         .map_err(Status::from)
-        .map_ok(|batch| {
+        .map_ok(move |batch| {
+            let messages = match announced(&batch, &declared) {
+                Ok(()) => sliced(&batch),
+                Err(e) => vec![Err(e)],
+            };
             stream::iter(
-                sliced(&batch)
+                messages
                     .into_iter()
                     .map(|m| m.map_err(|e| Status::from(FlightError::Arrow(e)))),
             )
         })
         .try_flatten();
     stream::once(async { Ok(head) }).chain(messages).boxed()
+}
+
+/// Checks that `batch` has `schema`'s column types: each column is laid out by its own type, so
+/// one of another type would be read by clients as the announced one.
+fn announced(batch: &RecordBatch, schema: &SchemaRef) -> Result<(), ArrowError> {
+    if batch.num_columns() != schema.fields().len() {
+        return Err(ArrowError::SchemaError(format!(
+            "a result batch of {} columns where the schema announced {}",
+            batch.num_columns(),
+            schema.fields().len()
+        )));
+    }
+    match batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .find(|(column, field)| column.data_type() != field.data_type())
+    {
+        Some((column, field)) => Err(ArrowError::SchemaError(format!(
+            "result column {} is of type {} where the schema announced {}",
+            field.name(),
+            column.data_type(),
+            field.data_type()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Whether a column of type `t` is sent by reference: a flat layout, one node and two or three
@@ -273,14 +304,14 @@ impl Body {
             DataType::LargeUtf8 | DataType::LargeBinary => self.bytes::<i64>(data),
             _ => {
                 let width = match t {
-                    DataType::FixedSizeBinary(width) => usize::try_from(*width).unwrap_or(0),
-                    _ => t.primitive_width().unwrap_or(0),
+                    DataType::FixedSizeBinary(width) => usize::try_from(*width).ok(),
+                    _ => t.primitive_width(),
                 };
-                if width == 0 {
+                let Some(width) = width else {
                     return Err(ArrowError::NotYetImplemented(format!(
                         "a column of type {t} sent by reference"
                     )));
-                }
+                };
                 self.buffer(data.buffers()[0].slice_with_length(offset * width, len * width))
             }
         }
@@ -417,6 +448,33 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(decoded(schema, slices).await, expected);
+    }
+
+    /// A batch whose column is not of the announced type ends the stream with an error instead
+    /// of being laid out as another type; a zero-width fixed binary column reads back.
+    #[tokio::test]
+    async fn a_batch_of_another_type_is_refused() {
+        let micros: ArrayRef = Arc::new(TimestampMicrosecondArray::from_iter_values(0..10));
+        let batch = RecordBatch::try_from_iter([("t", micros)]).unwrap();
+        let nanos = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new(
+                "t",
+                DataType::Timestamp(arrow::datatypes::TimeUnit::Nanosecond, None),
+                true,
+            ),
+        ]));
+        let messages: Vec<_> = encode(nanos, stream::iter([Ok(batch)]).boxed())
+            .collect()
+            .await;
+        let error = messages.last().unwrap().as_ref().err().unwrap();
+        assert!(error.message().contains("announced"), "{error}");
+
+        let empty = arrow::array::new_null_array(&DataType::FixedSizeBinary(0), 3);
+        let batch = RecordBatch::try_from_iter([("e", empty)]).unwrap();
+        assert_eq!(
+            decoded(batch.schema(), vec![batch.clone()]).await,
+            vec![batch]
+        );
     }
 
     /// A batch larger than one message goes out in row slices, each within the limit.

@@ -187,7 +187,9 @@ pub async fn serve(
     let service = do_get::Routes::new(
         FlightServiceServer::from_arc(flight.clone()).max_decoding_message_size(limit),
         flight,
-        limit,
+        // A ticket holds at most a statement's SQL (1 MiB), never data: DoGet reads its request
+        // whole, so it is held to the query role's limit on both roles.
+        limit.min(MAX_DECODING_QUERY),
     );
     // HTTP/2 frames of up to 1 MiB instead of 16 KiB, and a receive window that grows with the
     // connection's bandwidth-delay product: a client's bulk upload (ingest, COPY's parameters)

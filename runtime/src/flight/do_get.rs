@@ -2,6 +2,8 @@
 //! own buffers (`ipc::Message::into_frame`) and handed to HTTP/2 as they are, where tonic's
 //! generated service would encode each into a fresh buffer first. Every other call goes to that
 //! service unchanged.
+//!
+//! Every call passes here, so this is also where a call's deadline is kept (`call_deadline`).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -19,6 +21,7 @@ use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 use tonic::{Request, Status};
 
+use super::call_deadline::{self, Timer};
 use super::ipc::Messages;
 use super::surface::LakeFlightService;
 
@@ -61,33 +64,46 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let mut timer = Timer::start(request.headers());
         if request.uri().path() != DO_GET {
-            return Box::pin(self.flight.call(request));
+            let answer = self.flight.call(request);
+            return Box::pin(async move {
+                let answered = call_deadline::within(timer.as_mut(), async {
+                    answer.await.map_err(|never| match never {})
+                })
+                .await;
+                Ok(answered.unwrap_or_else(Status::into_http))
+            });
         }
         let (service, limit) = (self.service.clone(), self.limit);
         Box::pin(async move {
-            Ok(match do_get(&service, request, limit).await {
-                Ok(response) => response,
-                Err(status) => status.into_http(),
-            })
+            Ok(do_get(&service, request, limit, timer)
+                .await
+                .unwrap_or_else(Status::into_http))
         })
     }
 }
 
+/// A DoGet: its answer within the client's deadline (`timer`), which then bounds the stream of
+/// rows too — gRPC's deadline is the whole call's, and tonic keeps none on a response body.
 async fn do_get(
     service: &LakeFlightService,
     request: http::Request<Body>,
     limit: usize,
+    mut timer: Option<Timer>,
 ) -> Result<http::Response<Body>, Status> {
-    let (parts, body) = request.into_parts();
-    let ticket = read_message(body, limit).await?;
-    let ticket: Ticket = prost::Message::decode(ticket)
-        .map_err(|e| Status::internal(format!("the DoGet request is not a Ticket: {e}")))?;
-    let response = service
-        .do_get_messages(Request::from_http(http::Request::from_parts(parts, ticket)))
-        .await?;
+    let response = call_deadline::within(timer.as_mut(), async {
+        let (parts, body) = request.into_parts();
+        let ticket = read_message(body, limit).await?;
+        let ticket: Ticket = prost::Message::decode(ticket)
+            .map_err(|e| Status::internal(format!("the DoGet request is not a Ticket: {e}")))?;
+        service
+            .do_get_messages(Request::from_http(http::Request::from_parts(parts, ticket)))
+            .await
+    })
+    .await?;
     let (metadata, messages, _) = response.into_parts();
-    let mut response = http::Response::new(Body::new(Frames::new(messages)));
+    let mut response = http::Response::new(Body::new(Frames::new(messages, timer)));
     *response.headers_mut() = metadata.into_headers();
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -135,18 +151,21 @@ async fn read_message(body: Body, limit: usize) -> Result<Bytes, Status> {
 }
 
 /// A response body: each message's frame pieces as HTTP/2 data, then the gRPC status as
-/// trailers (OK at the end, or the error that ended the stream).
+/// trailers (OK at the end, the error that ended the stream, or DEADLINE_EXCEEDED once the
+/// call's deadline passes between two messages).
 struct Frames {
     messages: Messages,
     pending: VecDeque<Bytes>,
+    timer: Option<Timer>,
     done: bool,
 }
 
 impl Frames {
-    fn new(messages: Messages) -> Self {
+    fn new(messages: Messages, timer: Option<Timer>) -> Self {
         Self {
             messages,
             pending: VecDeque::new(),
+            timer,
             done: false,
         }
     }
@@ -176,6 +195,13 @@ impl http_body::Body for Frames {
             }
             if self.done {
                 return Poll::Ready(None);
+            }
+            // Between two messages: a message is never cut short.
+            if let Some(timer) = self.timer.as_mut()
+                && timer.poll_expired(cx).is_ready()
+            {
+                let status = timer.exceeded();
+                return Poll::Ready(Some(Ok(self.trailers(&status))));
             }
             let frame = match std::task::ready!(self.messages.poll_next_unpin(cx)) {
                 Some(Ok(message)) => match message.into_frame() {

@@ -4,6 +4,7 @@ mod actions;
 mod auth;
 mod bind;
 mod bounded;
+mod call_deadline;
 mod cancel;
 mod catalog;
 mod commands;

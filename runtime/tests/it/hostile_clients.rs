@@ -15,6 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod budgets;
+mod do_get;
 mod limits;
 
 use limits::IMPATIENT;

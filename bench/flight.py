@@ -101,6 +101,13 @@ def is_select_all(command):
         return False
 
 
+def adbc_select_all(conn):
+    """`SELECT * FROM big.t` through ADBC, the whole result."""
+    with conn.cursor() as cur:
+        cur.execute(SELECT_ALL_SQL.decode())
+        return cur.fetch_arrow_table()
+
+
 def median_time(fn, repeats=REPEATS):
     """Median wall time of `fn` over `repeats` runs, after one warm-up run; and its result."""
     result = fn()
@@ -235,12 +242,7 @@ def run(data, report):
     lake = Lake(LAKE, data)
     conn = flightsql.connect(lake.query, autocommit=True)
 
-    def adbc_select_all():
-        with conn.cursor() as cur:
-            cur.execute("SELECT * FROM big.t")
-            return cur.fetch_arrow_table()
-
-    lake_select, table = median_time(adbc_select_all)
+    lake_select, table = median_time(lambda: adbc_select_all(conn))
     assert table.num_rows == ROWS
     mb = table.nbytes / 1e6
     read_rss = lake.status("VmHWM")
@@ -260,13 +262,7 @@ def run(data, report):
     assert raw.num_rows == ROWS
     del raw
     raw_conn = flightsql.connect(f"grpc://127.0.0.1:{server.port}", autocommit=True)
-
-    def adbc_raw_select_all():
-        with raw_conn.cursor() as cur:
-            cur.execute("SELECT * FROM big.t")
-            return cur.fetch_arrow_table()
-
-    adbc_raw_select, raw = median_time(adbc_raw_select_all)
+    adbc_raw_select, raw = median_time(lambda: adbc_select_all(raw_conn))
     assert raw.num_rows == ROWS
     raw_conn.close()
     report.add(f"SELECT * {ROWS:,} rows via ADBC vs raw pyarrow.flight", mb / lake_select,

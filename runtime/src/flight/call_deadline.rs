@@ -83,10 +83,14 @@ pub(super) async fn within<T>(
 mod tests {
     use super::*;
 
-    fn parse(value: &str) -> Option<Duration> {
+    fn headers(value: &str) -> http::HeaderMap {
         let mut headers = http::HeaderMap::new();
         headers.insert("grpc-timeout", value.parse().unwrap());
-        requested(&headers)
+        headers
+    }
+
+    fn parse(value: &str) -> Option<Duration> {
+        requested(&headers(value))
     }
 
     #[test]
@@ -108,9 +112,7 @@ mod tests {
     }
 
     fn timer(value: &str) -> Timer {
-        let mut headers = http::HeaderMap::new();
-        headers.insert("grpc-timeout", value.parse().unwrap());
-        Timer::start(&headers).unwrap()
+        Timer::start(&headers(value)).unwrap()
     }
 
     #[tokio::test]

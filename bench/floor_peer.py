@@ -15,10 +15,13 @@ SQL = "type.googleapis.com/arrow.flight.protocol.sql."
 
 
 def _fields(message):
-    """The length-delimited fields of a protobuf message, by number."""
+    """The length-delimited and varint fields of a protobuf message, by number."""
     out, at = {}, 0
     while at < len(message):
         key, at = _read_varint(message, at)
+        if key & 7 == 0:
+            out[key >> 3], at = _read_varint(message, at)
+            continue
         if key & 7 != 2:
             raise ValueError(f"unexpected wire type {key & 7}")
         length, at = _read_varint(message, at)

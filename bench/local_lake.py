@@ -36,14 +36,19 @@ class Lake:
         self.proc.wait()
 
 
-def _field(number, data):
-    """A protobuf length-delimited field holding `data` (bytes)."""
-    size, n = b"", len(data)
+def _varint(n):
+    """A protobuf varint."""
+    out = b""
     while True:
         byte, n = n & 0x7F, n >> 7
-        size += bytes([byte | (0x80 if n else 0)])
+        out += bytes([byte | (0x80 if n else 0)])
         if not n:
-            return bytes([(number << 3) | 2]) + size + data
+            return out
+
+
+def _field(number, data):
+    """A protobuf length-delimited field holding `data` (bytes)."""
+    return bytes([(number << 3) | 2]) + _varint(len(data)) + data
 
 
 def statement_query(sql):

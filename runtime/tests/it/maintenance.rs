@@ -906,8 +906,7 @@ async fn maintenance_and_a_drop_of_its_table_take_turns() {
                     go.lock().unwrap().recv().unwrap();
                 }
             };
-            let summary = maintain::run_observed(metadata.engine(), eager(), &on_table).await;
-            (summary, std::time::Instant::now())
+            maintain::run_observed(metadata.engine(), eager(), &on_table).await
         }
     });
     tokio::task::spawn_blocking(move || pass_in_t.recv().unwrap())
@@ -926,15 +925,22 @@ async fn maintenance_and_a_drop_of_its_table_take_turns() {
         "the DROP did not wait for the pass"
     );
     assert!(names_at(&metadata, &t, latest).await.is_some());
+    let let_go = std::time::Instant::now();
     go_on.send(()).unwrap();
-    let (summary, pass_ended) = pass.await.unwrap();
+    let summary = pass.await.unwrap();
     let (dropped, drop_ended) = tokio::time::timeout(Duration::from_secs(20), dropping)
         .await
         .expect("the DROP went on waiting after the pass let the table go")
         .unwrap();
     dropped.unwrap();
-    assert!(drop_ended > pass_ended);
-    assert_eq!(summary.unwrap().failed(), 0);
+    // Not against the pass's end: once it lets t go it maintains the other table, and the DROP
+    // may finish meanwhile (it did, on a loaded machine). That the pass's work on t was not
+    // cut short is its clean summary.
+    assert!(drop_ended > let_go);
+    let summary = summary.unwrap();
+    assert_eq!(summary.failed(), 0);
+    let of_t = summary.tables.iter().find(|s| s.table == t).unwrap();
+    assert_eq!(of_t.outcome, Outcome::Done, "{summary:?}");
     assert!(metadata.engine().open(&t, None).await.is_err());
 
     // The other way round, on the table created again.

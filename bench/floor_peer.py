@@ -9,7 +9,7 @@ measured time no server can remove (the search bench's `ADBC floor`).
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from local_lake import _field
+from local_lake import _field, serve_in_process
 
 SQL = "type.googleapis.com/arrow.flight.protocol.sql."
 
@@ -91,14 +91,8 @@ def top_ten():
 
 
 def start():
-    """The server in a process of its own (a client in the same interpreter would contend for
-    its GIL): (process, grpc URL). Stop it with `process.kill()`."""
-    import subprocess
-    import sys
-
-    process = subprocess.Popen([sys.executable, __file__], stdout=subprocess.PIPE, text=True)
-    port = int(process.stdout.readline())
-    return process, f"grpc://127.0.0.1:{port}"
+    """The server in a process of its own: (process, grpc URL)."""
+    return serve_in_process(__file__)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from floor_peer import _fields, _unpack
-from local_lake import _varint
+from local_lake import _varint, serve_in_process
 
 
 def _aligned(reader):
@@ -52,13 +52,8 @@ class IngestPeer(flight.FlightServerBase):
 
 
 def start():
-    """The server in a process of its own: (process, grpc URL). Stop it with `process.kill()`."""
-    import subprocess
-    import sys
-
-    process = subprocess.Popen([sys.executable, __file__], stdout=subprocess.PIPE, text=True)
-    port = int(process.stdout.readline())
-    return process, f"grpc://127.0.0.1:{port}"
+    """The server in a process of its own: (process, grpc URL)."""
+    return serve_in_process(__file__)
 
 
 if __name__ == "__main__":

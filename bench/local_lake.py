@@ -1,6 +1,7 @@
 """`lake local` as a process, for the benches that drive it through its endpoints."""
 
 import subprocess
+import sys
 import threading
 import time
 
@@ -34,6 +35,15 @@ class Lake:
     def stop(self):
         self.proc.terminate()
         self.proc.wait()
+
+
+def serve_in_process(script):
+    """Runs a peer server's `script` (which prints its port) in a process of its own, so a
+    client in this interpreter does not contend for its GIL: (process, grpc URL). Stop it with
+    `process.kill()`."""
+    process = subprocess.Popen([sys.executable, script], stdout=subprocess.PIPE, text=True)
+    port = int(process.stdout.readline())
+    return process, f"grpc://127.0.0.1:{port}"
 
 
 def _varint(n):

@@ -47,7 +47,7 @@ class IngestPeer(flight.FlightServerBase):
             target = os.path.join(self.root, f"{table}-{self.writes}.lance")
             written = lance.write_dataset(pa.RecordBatchReader.from_batches(rows.schema, _aligned(rows)), target)
             count = written.count_rows()
-        # DoPutUpdateResult { record_count = 1 }.
+        # DoPutUpdateResult: field 1, record_count, a varint.
         writer.write(pa.py_buffer(b"\x08" + _varint(count)))
 
 

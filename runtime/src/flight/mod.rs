@@ -52,6 +52,7 @@ pub use distributed::{
 pub(crate) use ingress::check_message_at as check_ipc_message_at;
 pub use limits::{Limits, SpillDirError};
 pub use service::{LakeFlightSql, Role};
+pub(crate) use sql::task_context;
 
 /// Inbound message limit on metadata: DoPut carries data, larger than tonic's 4 MiB default.
 pub(crate) const MAX_DECODING: usize = 256 * 1024 * 1024;
@@ -152,6 +153,8 @@ impl Shutdown {
 pub enum ServeError {
     #[error(transparent)]
     Spill(#[from] SpillDirError),
+    #[error("the endpoint's SQL session could not be built: {0}")]
+    Session(#[source] datafusion::error::DataFusionError),
     #[error("serving failed: {0}")]
     Transport(#[from] tonic::transport::Error),
 }

@@ -16,15 +16,17 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use tonic::Status;
 
+use super::ServeError;
 use super::auth::Tokens;
 use super::catalog::LakeCatalog;
 use super::distributed::Distribution;
 use super::handle::HandleCodec;
 use super::info::SqlInfoTable;
-use super::limits::{Governor, Limits, SpillDirError};
+use super::limits::{Governor, Limits};
 use super::options::SessionOptions;
 use super::plans::PlanCache;
 use super::redact::Redactor;
+use super::sql::Sessions;
 use crate::context::{MetadataContext, QueryContext};
 use crate::engine::Engine;
 
@@ -55,6 +57,8 @@ pub struct LakeFlightSql {
     pub(super) governor: Governor,
     /// Plans GetFlightInfo made, for their DoGet.
     pub(super) plans: Arc<PlanCache>,
+    /// What each statement's session is a copy of (shared: the service is cloned per call).
+    sessions: Arc<Sessions>,
 }
 
 impl std::fmt::Debug for LakeFlightSql {
@@ -66,9 +70,11 @@ impl std::fmt::Debug for LakeFlightSql {
 }
 
 impl LakeFlightSql {
-    pub fn new(role: Role, tokens: Option<Tokens>, limits: Limits) -> Result<Self, SpillDirError> {
+    pub fn new(role: Role, tokens: Option<Tokens>, limits: Limits) -> Result<Self, ServeError> {
         let read_only = matches!(role, Role::Query { .. });
         let sql_info = Arc::new(SqlInfoTable::new(read_only));
+        let governor = Governor::new(limits)?;
+        let sessions = Arc::new(Sessions::new(governor.disk()).map_err(ServeError::Session)?);
         Ok(Self {
             role,
             sql_info,
@@ -76,8 +82,9 @@ impl LakeFlightSql {
             tokens,
             handles: HandleCodec::new(),
             redactor: Redactor::default(),
-            governor: Governor::new(limits)?,
+            governor,
             plans: Arc::default(),
+            sessions,
         }
         .with_redactor())
     }
@@ -116,10 +123,10 @@ impl LakeFlightSql {
         }
     }
 
-    /// A DataFusion session for one statement, under this endpoint's memory pool and disk.
-    /// A session for one statement of a call whose session options are `options`.
+    /// A DataFusion session for one statement of a call whose session options are `options`,
+    /// under this endpoint's memory pool and disk.
     pub(super) async fn session(&self, options: &SessionOptions) -> Result<SessionContext, Status> {
-        super::sql::session(
+        self.sessions.statement(
             self.engine(),
             self.governor.query_pool(),
             self.governor.disk(),
@@ -127,7 +134,6 @@ impl LakeFlightSql {
             self.governor.limits.query_timeout,
             options,
         )
-        .await
     }
 
     /// `ctx` distributed over this endpoint's workers when `plan` is worth it (query only).

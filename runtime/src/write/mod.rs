@@ -377,11 +377,15 @@ async fn planned_rows(
     plan: LogicalPlan,
     target: &SchemaRef,
 ) -> Result<RowStream, WriteError> {
-    let frame = ctx
-        .execute_logical_plan(plan)
+    let state = ctx.state();
+    let physical = state
+        .create_physical_plan(&plan)
         .await
         .map_err(WriteError::Plan)?;
-    let batches = frame.execute_stream().await.map_err(WriteError::Plan)?;
+    // In the statement's runtime (its memory pool), not the session's.
+    let batches =
+        datafusion::physical_plan::execute_stream(physical, crate::flight::task_context(&state))
+            .map_err(WriteError::Plan)?;
     let table = target.clone();
     let cast = batches.and_then(move |batch| {
         futures::future::ready(

@@ -26,7 +26,7 @@ use arrow::array::{Array, ArrayRef, Int64Array};
 use arrow::buffer::Buffer;
 use arrow::datatypes::{DataType, FieldRef, IntervalUnit, TimeUnit};
 use arrow::error::ArrowError;
-use datafusion::common::config::ConfigOptions;
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ConfigOptions, ExtensionOptions};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::execution::SessionStateBuilder;
@@ -204,6 +204,65 @@ impl Budget {
         }
         Ok(())
     }
+}
+
+/// Where a statement's [`Budget`] is found: among its configuration options, which reach every
+/// rule (analyzer, optimizer) and every function call made with the statement's options
+/// (constants folded while a table function's arguments are resolved). A session shared by an
+/// endpoint's statements holds none (a call that needs one is refused, see [`Counted`]); each
+/// statement's copy of it holds its own. It cannot be set (`SET lake_budget.… = …` is refused)
+/// and shows no entries (`SHOW ALL`).
+#[derive(Debug, Clone, Default)]
+pub(in crate::flight) struct StatementBudget(Option<Budget>);
+
+impl StatementBudget {
+    pub(in crate::flight) fn of(budget: Budget) -> Self {
+        Self(Some(budget))
+    }
+}
+
+impl ConfigExtension for StatementBudget {
+    const PREFIX: &'static str = "lake_budget";
+}
+
+impl ExtensionOptions for StatementBudget {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+    fn cloned(&self) -> Box<dyn ExtensionOptions> {
+        Box::new(self.clone())
+    }
+    fn set(&mut self, key: &str, _value: &str) -> Result<()> {
+        Err(DataFusionError::Configuration(format!(
+            "{}.{key} cannot be set: a statement's memory budget is the endpoint's \
+             (LAKE_QUERY_MEMORY_LIMIT_MB)",
+            Self::PREFIX
+        )))
+    }
+    fn entries(&self) -> Vec<ConfigEntry> {
+        Vec::new()
+    }
+}
+
+/// The budget of the statement whose options are `options`, if it has one.
+pub(in crate::flight) fn budget_in(options: &ConfigOptions) -> Option<&Budget> {
+    options
+        .extensions
+        .get::<StatementBudget>()
+        .and_then(|b| b.0.as_ref())
+}
+
+/// The budget of the statement whose options are `options`, or an internal error: every
+/// statement's session has one, so a call without one was made outside any statement.
+fn required_budget<'a>(options: &'a ConfigOptions, what: &str) -> Result<&'a Budget> {
+    budget_in(options).ok_or_else(|| {
+        DataFusionError::Internal(format!(
+            "{what} ran outside a statement: there is no memory budget to count it against"
+        ))
+    })
 }
 
 /// How a call of `function` reads in a refusal: an operator as itself (`||`), a CASE as one, a
@@ -401,7 +460,7 @@ fn growth_of(udf: &ScalarUDF) -> Option<Growth> {
 /// The statement of `ctx` runs again from now: its functions' time counts to `deadline`.
 pub(super) fn rearm(ctx: &SessionContext, deadline: Instant) {
     // Read in place: `ctx.state()` would copy the session's function registries.
-    if let Some(budget) = ctx.state_ref().read().config().get_extension::<Budget>() {
+    if let Some(budget) = budget_in(ctx.state_ref().read().config_options()) {
         budget.rearm(deadline);
     }
 }
@@ -409,23 +468,42 @@ pub(super) fn rearm(ctx: &SessionContext, deadline: Instant) {
 /// The statement of `ctx` is a write, admitted: it runs to completion, its functions with no
 /// deadline (a DELETE's search keeps its own).
 pub(super) fn run_to_completion(ctx: &SessionContext) {
-    if let Some(budget) = ctx.state_ref().read().config().get_extension::<Budget>() {
+    if let Some(budget) = budget_in(ctx.state_ref().read().config_options()) {
         budget.deadline.lift();
     }
 }
 
-/// A session being built, with each scalar function `builder` holds counted against `budget`,
-/// and the rules that count the calls the planner builds around the registry.
+/// A session being built, shared by statements: each scalar function and sketch `builder`
+/// holds wrapped to count against the budget of the statement that calls it, and the rules
+/// that bind every call of a statement's plan to its budget (and count the calls the planner
+/// builds around the registry). Each statement's copy of the session carries its budget as a
+/// [`StatementBudget`] option.
+pub(in crate::flight) fn counting_session(builder: SessionStateBuilder) -> SessionStateBuilder {
+    wrapped(builder, None)
+}
+
+/// [`counting_session`] for one statement only: its functions are bound to `budget` as they
+/// are registered (a distributed query's worker, whose plans arrive physical, past the rules).
 pub(in crate::flight) fn counted_session(
-    builder: SessionStateBuilder,
+    mut builder: SessionStateBuilder,
     budget: &Budget,
 ) -> SessionStateBuilder {
+    builder
+        .config()
+        .get_or_insert_with(datafusion::prelude::SessionConfig::new)
+        .options_mut()
+        .extensions
+        .insert(StatementBudget::of(budget.clone()));
+    wrapped(builder, Some(budget))
+}
+
+fn wrapped(builder: SessionStateBuilder, budget: Option<&Budget>) -> SessionStateBuilder {
     let mut builder = builder
-        .with_analyzer_rule(Arc::new(CountEveryFunction(budget.clone())))
-        .with_optimizer_rule(Arc::new(CountEveryFunction(budget.clone())));
+        .with_analyzer_rule(Arc::new(CountEveryFunction))
+        .with_optimizer_rule(Arc::new(CountEveryFunction));
     if let Some(functions) = builder.scalar_functions() {
         for function in functions.iter_mut() {
-            *function = Arc::new(counted(function.clone(), budget));
+            *function = Arc::new(wrap(function.clone(), budget.cloned()));
         }
     }
     if let Some(functions) = builder.aggregate_functions() {
@@ -455,11 +533,15 @@ pub(super) fn counted_worker_session(
 }
 
 fn counted(inner: Arc<ScalarUDF>, budget: &Budget) -> ScalarUDF {
+    wrap(inner, Some(budget.clone()))
+}
+
+fn wrap(inner: Arc<ScalarUDF>, budget: Option<Budget>) -> ScalarUDF {
     let growth = growth_of(&inner);
     ScalarUDF::new_from_impl(Counted {
         inner,
         growth,
-        budget: budget.clone(),
+        budget,
     })
 }
 
@@ -468,6 +550,23 @@ fn counted(inner: Arc<ScalarUDF>, budget: &Budget) -> ScalarUDF {
 /// the plan is optimized, `every`: see `patterns::operator_call`), and its LIKE patterns bounded.
 pub(super) fn count_calls(expr: Expr, budget: &Budget, every: bool) -> Result<Transformed<Expr>> {
     expr.transform_up(|e| match e {
+        // A call of the shared registry's function: bound to this statement.
+        Expr::ScalarFunction(f) if unbound(&f).is_some() => {
+            let bound = unbound(&f).map(|c| Counted {
+                inner: c.inner.clone(),
+                growth: c.growth,
+                budget: Some(budget.clone()),
+            });
+            Ok(match bound {
+                Some(bound) => Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+                    Arc::new(ScalarUDF::new_from_impl(bound)),
+                    f.args,
+                ))),
+                None => Transformed::no(Expr::ScalarFunction(f)),
+            })
+        }
+        Expr::AggregateFunction(f) => Ok(sketches::bind_aggregate(f, budget)),
+        Expr::WindowFunction(w) => Ok(sketches::bind_window(*w, budget)),
         Expr::ScalarFunction(f) if !f.func.inner().is::<Counted>() => {
             Ok(Transformed::yes(Expr::ScalarFunction(
                 ScalarFunction::new_udf(Arc::new(counted(f.func, budget)), f.args),
@@ -514,6 +613,14 @@ pub(super) fn count_calls(expr: Expr, budget: &Budget, every: bool) -> Result<Tr
         }
         other => Ok(Transformed::no(other)),
     })
+}
+
+/// The wrapper of `f`'s function, if it is bound to no statement yet.
+fn unbound(f: &ScalarFunction) -> Option<&Counted> {
+    f.func
+        .inner()
+        .downcast_ref::<Counted>()
+        .filter(|c| c.budget.is_none())
 }
 
 /// Whether `f` is the counted [`CaseResult`] around a CASE.
@@ -590,13 +697,15 @@ fn widest_fixed(data_type: &DataType) -> Option<i64> {
     fixed_width(data_type).max(nested)
 }
 
-/// Wraps function calls that reach a plan without passing through the session's registry.
+/// Binds every call of a statement's plan to the statement's budget, and wraps the calls that
+/// reach a plan without passing through the session's registry.
 #[derive(Debug)]
-struct CountEveryFunction(Budget);
+struct CountEveryFunction;
 
 impl AnalyzerRule for CountEveryFunction {
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        Ok(count_plan(plan, &self.0, false)?.data)
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let budget = required_budget(config, "a statement's plan")?;
+        Ok(count_plan(plan, budget, false)?.data)
     }
 
     fn name(&self) -> &str {
@@ -612,9 +721,11 @@ impl OptimizerRule for CountEveryFunction {
     fn rewrite(
         &self,
         plan: LogicalPlan,
-        _config: &dyn OptimizerConfig,
+        config: &dyn OptimizerConfig,
     ) -> Result<Transformed<LogicalPlan>> {
-        count_plan(plan, &self.0, true)
+        let options = config.options();
+        let budget = required_budget(&options, "a statement's plan")?;
+        count_plan(plan, budget, true)
     }
 }
 
@@ -639,14 +750,29 @@ fn failed_on_values(function: &str, e: DataFusionError) -> DataFusionError {
     ))))
 }
 
+/// A function counted against a statement's budget: the one it is bound to (every call in a
+/// statement's plan is, see [`count_calls`]: Lance plans the filters it is given with options
+/// of its own), else the one among the options it is called with (a shared registry's
+/// function, called while a table function's arguments are resolved). A call with neither is
+/// refused.
 #[derive(Debug)]
 struct Counted {
     inner: Arc<ScalarUDF>,
     growth: Option<Growth>,
-    budget: Budget,
+    budget: Option<Budget>,
 }
 
-// Two wrappers are the same function when they wrap the same one (one budget per session).
+impl Counted {
+    fn budget(&self, options: &ConfigOptions) -> Result<Budget> {
+        match &self.budget {
+            Some(budget) => Ok(budget.clone()),
+            None => required_budget(options, &shown(self.inner.name())).cloned(),
+        }
+    }
+}
+
+// Two wrappers are the same function when they wrap the same one, whichever budget they count
+// against (one per statement).
 impl PartialEq for Counted {
     fn eq(&self, other: &Self) -> bool {
         self.inner == other.inner && self.growth == other.growth
@@ -960,7 +1086,7 @@ impl Counted {
     /// What a call would produce, in bytes, or `None` for a small call of a function that
     /// produces about as much as it is given (counted once it ran); every value of a
     /// multiplying function is checked against [`MAX_VALUE_BYTES`].
-    fn predict(&self, args: &ScalarFunctionArgs) -> Result<Option<i64>> {
+    fn predict(&self, args: &ScalarFunctionArgs, budget: &Budget) -> Result<Option<i64>> {
         let arg = |i: usize| args.args.get(i);
         let rows = args.number_rows.max(1);
         // Scalar arguments of a call that returns an array are copied into each of its rows.
@@ -986,7 +1112,7 @@ impl Counted {
         // width in every row, whatever it is given.
         let fixed = match fixed_width(args.return_field.data_type()) {
             Some(width) if width > MAX_FIXED_ROW_BYTES => {
-                return Err(self.budget.refused(self.inner.name(), width));
+                return Err(budget.refused(self.inner.name(), width));
             }
             Some(width) => width.saturating_mul(rows as i64),
             None => 0,
@@ -1053,7 +1179,7 @@ impl Counted {
                 for row in 0..rows {
                     let bytes = self.bytes(&per_row, row);
                     if bytes > MAX_VALUE_BYTES {
-                        return Err(self.budget.refused(self.inner.name(), bytes));
+                        return Err(budget.refused(self.inner.name(), bytes));
                     }
                     total = total.saturating_add(bytes);
                 }
@@ -1172,14 +1298,15 @@ impl ScalarUDFImpl for Counted {
     }
     fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
         let updated = self.inner.inner().with_updated_config(config)?;
-        Some(counted(Arc::new(updated), &self.budget))
+        Some(wrap(Arc::new(updated), self.budget.clone()))
     }
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
         self.inner.inner().return_field_from_args(args)
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let name = self.inner.name();
-        self.budget.deadline.check(name)?;
+        let budget = self.budget(&args.config_options)?;
+        budget.deadline.check(name)?;
         match name {
             "levenshtein" => deadline::check_steps(name, steps(&args, sizes)?)?,
             // Every element of one list against every element of the other, row by row.
@@ -1201,21 +1328,21 @@ impl ScalarUDFImpl for Counted {
         let out = {
             // Held while the function runs (concurrent work of the query sees it), released
             // before its result is claimed in its place.
-            let _running = match self.predict(&args)? {
+            let _running = match self.predict(&args, &budget)? {
                 Some(bytes) => {
                     let copies = if scalar { SCALAR_COPIES } else { 1 };
-                    Some(self.budget.reserve(name, bytes, copies)?)
+                    Some(budget.reserve(name, bytes, copies)?)
                 }
                 None => None,
             };
-            patterns::by_pattern(name, args, &self.budget, |args| {
+            patterns::by_pattern(name, args, &budget, |args| {
                 self.inner
                     .inner()
                     .invoke_with_args(args)
                     .map_err(|e| failed_on_values(name, e))
             })?
         };
-        self.budget.claim(name, &out, &inputs)?;
+        budget.claim(name, &out, &inputs)?;
         Ok(out)
     }
     /// The function's own simplification, counted as the statement's calls are:
@@ -1224,7 +1351,8 @@ impl ScalarUDFImpl for Counted {
     fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
         Ok(match self.inner.inner().simplify(args, info)? {
             ExprSimplifyResult::Simplified(e) => {
-                ExprSimplifyResult::Simplified(count_calls(e, &self.budget, false)?.data)
+                let budget = self.budget(info.config_options())?;
+                ExprSimplifyResult::Simplified(count_calls(e, &budget, false)?.data)
             }
             original => original,
         })

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::logical_expr::expr::{
@@ -51,20 +52,54 @@ const SKETCHES: [&str; 4] = [
 /// next aggregate, claiming its own sketches, merges it.
 const STATE_COPIES: usize = 3;
 
-/// `function`, claiming its sketches from `budget` if it is a sketch.
-pub(super) fn counted(function: Arc<AggregateUDF>, budget: &Budget) -> Arc<AggregateUDF> {
+/// `function`, claiming its sketches from `budget` if it is a sketch; with no budget, from the
+/// budget its calls are bound to ([`bind_aggregate`]), refusing to run unbound.
+pub(super) fn counted(function: Arc<AggregateUDF>, budget: Option<&Budget>) -> Arc<AggregateUDF> {
     if SKETCHES.contains(&function.name()) && !function.inner().is::<Sketch>() {
-        let claims = MemoryConsumer::new(format!("lake: {} sketches", function.name()))
-            .register(&budget.pool);
         Arc::new(AggregateUDF::new_from_impl(Sketch {
+            claims: budget.map(|budget| Claims::of(&function, budget)),
             inner: function,
-            claims: Claims {
-                reservation: Arc::new(claims),
-                limit: budget.limit(),
-            },
         }))
     } else {
         function
+    }
+}
+
+/// `function` bound to `budget`, if it is a sketch bound to no statement yet.
+fn bound(function: &AggregateUDF, budget: &Budget) -> Option<Arc<AggregateUDF>> {
+    let sketch = function.inner().downcast_ref::<Sketch>()?;
+    if sketch.claims.is_some() {
+        return None;
+    }
+    Some(Arc::new(AggregateUDF::new_from_impl(Sketch {
+        inner: sketch.inner.clone(),
+        claims: Some(Claims::of(&sketch.inner, budget)),
+    })))
+}
+
+/// An aggregate call, its sketch bound to `budget` (a statement's copy of a shared session).
+pub(super) fn bind_aggregate(f: AggregateFunction, budget: &Budget) -> Transformed<Expr> {
+    match bound(&f.func, budget) {
+        Some(func) => Transformed::yes(Expr::AggregateFunction(AggregateFunction {
+            func,
+            params: f.params,
+        })),
+        None => Transformed::no(Expr::AggregateFunction(f)),
+    }
+}
+
+/// A window call, its sketch bound to `budget`.
+pub(super) fn bind_window(w: WindowFunction, budget: &Budget) -> Transformed<Expr> {
+    let func = match &w.fun {
+        WindowFunctionDefinition::AggregateUDF(func) => bound(func, budget),
+        WindowFunctionDefinition::WindowUDF(_) => None,
+    };
+    match func {
+        Some(func) => Transformed::yes(Expr::WindowFunction(Box::new(WindowFunction {
+            fun: WindowFunctionDefinition::AggregateUDF(func),
+            params: w.params,
+        }))),
+        None => Transformed::no(Expr::WindowFunction(Box::new(w))),
     }
 }
 
@@ -117,7 +152,8 @@ pub(super) fn check_sketch(e: &Expr) -> Result<()> {
 #[derive(Debug)]
 struct Sketch {
     inner: Arc<AggregateUDF>,
-    claims: Claims,
+    /// What its accumulators claim from, once bound to a statement.
+    claims: Option<Claims>,
 }
 
 // Two wrappers are the same function when they wrap the same one (one budget per session).
@@ -143,9 +179,29 @@ struct Claims {
     limit: usize,
 }
 
+impl Claims {
+    fn of(function: &AggregateUDF, budget: &Budget) -> Self {
+        let claims = MemoryConsumer::new(format!("lake: {} sketches", function.name()))
+            .register(&budget.pool);
+        Self {
+            reservation: Arc::new(claims),
+            limit: budget.limit(),
+        }
+    }
+}
+
 impl Sketch {
     fn of(&self) -> &dyn AggregateUDFImpl {
         self.inner.inner().as_ref()
+    }
+
+    fn claims(&self) -> Result<&Claims> {
+        self.claims.as_ref().ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "{} ran outside a statement: there is no memory budget to count it against",
+                self.name()
+            ))
+        })
     }
 }
 
@@ -195,7 +251,11 @@ impl AggregateUDFImpl for Sketch {
     }
 
     fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Copies::claimed(self.of().accumulator(acc_args)?, self.name(), &self.claims)
+        Copies::claimed(
+            self.of().accumulator(acc_args)?,
+            self.name(),
+            self.claims()?,
+        )
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
@@ -217,7 +277,7 @@ impl AggregateUDFImpl for Sketch {
         Copies::claimed(
             self.of().create_sliding_accumulator(args)?,
             self.name(),
-            &self.claims,
+            self.claims()?,
         )
     }
 

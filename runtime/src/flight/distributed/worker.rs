@@ -50,15 +50,12 @@ impl WorkerSessionBuilder for Sessions {
         let pool = self.governor.query_pool();
         let limit = self.governor.limits.query_timeout;
         let budget = Budget::new(pool.clone(), std::time::Instant::now() + limit, limit);
-        let mut builder = ctx
+        let builder = ctx
             .builder
             .with_runtime_env(sql::runtime_env(pool, self.governor.disk())?)
             .with_distributed_user_codec_arc(self.codec.clone())
             .with_distributed_channel_resolver(self.channels.clone())
             .with_distributed_worker_plan_rewrite_handler(only_reads);
-        if let Some(config) = builder.config() {
-            config.set_extension(Arc::new(budget.clone()));
-        }
         Ok(bounded::counted_worker_session(builder, &budget).build())
     }
 }

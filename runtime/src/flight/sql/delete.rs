@@ -15,7 +15,7 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, ObjectName};
 use tonic::Status;
 
-use super::super::bounded::{Budget, count_calls};
+use super::super::bounded::{budget_in, count_calls};
 use super::{parse_one, status};
 
 /// The predicate of `DELETE FROM name WHERE selection`, planned against the table in `ctx`:
@@ -77,14 +77,12 @@ pub(super) async fn predicate(
             .with_current_time()
             .build(),
     );
-    let budget = state
-        .config()
-        .get_extension::<Budget>()
+    let budget = budget_in(state.config_options())
         .ok_or_else(|| Status::internal("the session has no memory budget"))?;
     // Simplification may call functions DataFusion builds itself: counted too.
-    let predicate = count_calls(predicate, &budget, false).map_err(status)?.data;
+    let predicate = count_calls(predicate, budget, false).map_err(status)?.data;
     let predicate = simplifier.simplify(predicate).map_err(status)?;
-    let predicate = count_calls(predicate, &budget, true).map_err(status)?.data;
+    let predicate = count_calls(predicate, budget, true).map_err(status)?.data;
     fold_strictly(ctx, predicate, &unqualified_schema)
 }
 

@@ -4,16 +4,18 @@
 
 use std::sync::Arc;
 
+use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
 use datafusion::error::DataFusionError;
-use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservation};
 use datafusion::execution::object_store::ObjectStoreRegistry;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use tonic::Status;
 
-use super::super::bounded::Budget;
+use super::super::bounded::{Budget, StatementBudget};
 use super::super::cancel::YieldAboveEveryOperator;
 use super::super::catalog::{CATALOG, LakeCatalog};
 use super::super::options::SessionOptions;
@@ -67,54 +69,177 @@ pub(in crate::flight) fn runtime_env(
     Ok(Arc::new(runtime))
 }
 
-/// A DataFusion session over `engine`'s warehouse, catalog `lake`: its operators and its
-/// functions draw on `memory` (one statement's pool), its spill files on the endpoint's `disk`;
-/// its functions stop at `deadline` (`time_limit` after the statement was admitted).
-pub(crate) async fn session(
-    engine: &Engine,
-    memory: Arc<dyn datafusion::execution::memory_pool::MemoryPool>,
-    disk: Arc<DiskManager>,
-    deadline: std::time::Instant,
-    time_limit: std::time::Duration,
-    options: &SessionOptions,
-) -> Result<SessionContext, Status> {
-    let budget = Budget::new(memory.clone(), deadline, time_limit);
-    // Unqualified names resolve in the session's schema (see `options.rs`).
-    let schema = options.schema().map_or("default", |s| s.as_str());
-    let mut config = SessionConfig::new()
-        .with_default_catalog_and_schema(CATALOG, schema)
-        .with_extension(Arc::new(options.clone()))
-        .with_create_default_catalog_and_schema(false)
-        .with_information_schema(true)
-        // What plans made outside the optimizer (a DELETE's predicate) count against.
-        .with_extension(Arc::new(budget.clone()))
-        .with_option_extension(LakeSettings::default());
-    // The session's settings were checked when they were set and when their cookie was read.
-    for (name, value) in options.settings() {
+/// What every statement's session of one endpoint shares, built once: DataFusion's functions
+/// (each wrapped to count against the budget of the statement that calls it), lake's rules and
+/// functions, no object stores. Building it took a fifth of a `SELECT 1`'s server time when
+/// every statement built its own (docs/performance.md); a statement's session is a copy.
+pub(in crate::flight) struct Sessions {
+    /// Holds no budget, no catalog and a runtime whose pool refuses every reservation: a path
+    /// that used it instead of a statement's copy fails, never runs unbounded.
+    shared: SessionState,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions").finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    /// The sessions of an endpoint (`disk`: where the shared session would spill, though it
+    /// runs nothing).
+    pub(in crate::flight) fn new(disk: Arc<DiskManager>) -> Result<Self, DataFusionError> {
+        let config = SessionConfig::new()
+            .with_default_catalog_and_schema(CATALOG, "default")
+            .with_create_default_catalog_and_schema(false)
+            .with_information_schema(true)
+            .with_option_extension(LakeSettings::default());
+        let runtime = runtime_env(Arc::new(NoStatement::default()), disk)?;
+        let mut builder = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features()
+            .with_optimizer_rule(Arc::new(NearestNeighbours))
+            .with_optimizer_rule(Arc::new(super::super::modulo::ConstantRemainder))
+            .with_physical_optimizer_rule(Arc::new(BoundRepetition))
+            .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator));
+        // `contains_tokens(col, 'words')`: a filter Lance answers from the column's inverted
+        // index.
+        if let Some(functions) = builder.scalar_functions() {
+            functions.push(Arc::new(super::super::search::contains_tokens()));
+        }
+        let shared = super::super::bounded::counting_session(builder).build();
+        Ok(Self { shared })
+    }
+
+    /// The session of one statement over `engine`'s warehouse, catalog `lake`: its operators
+    /// and its functions draw on `memory` (its pool), its spill files on `disk` (the
+    /// endpoint's); its functions stop at `deadline` (`time_limit` after the statement was
+    /// admitted).
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::flight) fn statement(
+        &self,
+        engine: &Engine,
+        memory: Arc<dyn MemoryPool>,
+        disk: Arc<DiskManager>,
+        deadline: std::time::Instant,
+        time_limit: std::time::Duration,
+        options: &SessionOptions,
+    ) -> Result<SessionContext, Status> {
+        let budget = Budget::new(memory.clone(), deadline, time_limit);
+        let runtime = runtime_env(memory, disk).map_err(status)?;
+        let mut state = self.shared.clone();
+        let config = state.config_mut();
+        // Unqualified names resolve in the session's schema (see `options.rs`).
+        config.options_mut().catalog.default_schema = options
+            .schema()
+            .map_or("default", |s| s.as_str())
+            .to_owned();
+        config.set_extension(Arc::new(options.clone()));
+        config.set_extension(Arc::new(StatementRuntime(runtime)));
         config
             .options_mut()
-            .set(name, value)
-            .map_err(|e| Status::invalid_argument(format!("session setting {name}: {e}")))?;
+            .extensions
+            .insert(StatementBudget::of(budget));
+        // The session's settings were checked when they were set and when their cookie was
+        // read.
+        let mut settings = options.settings().peekable();
+        let configured = settings.peek().is_some();
+        for (name, value) in settings {
+            config
+                .options_mut()
+                .set(name, value)
+                .map_err(|e| Status::invalid_argument(format!("session setting {name}: {e}")))?;
+        }
+        if configured {
+            // What DataFusion does on `SET`: functions that read the configuration see it.
+            let options = state.config_options().clone();
+            let updated: Vec<_> = state
+                .scalar_functions()
+                .values()
+                .filter_map(|f| f.inner().with_updated_config(&options))
+                .collect();
+            for function in updated {
+                datafusion::execution::FunctionRegistry::register_udf(
+                    &mut state,
+                    Arc::new(function),
+                )
+                .map_err(status)?;
+            }
+        }
+        // Its start time, and its options for expressions planned outside a plan (a table
+        // function's constant arguments).
+        state.mark_start_execution();
+        // A catalog list of its own: a copy shares the shared session's, and a statement that
+        // lists the warehouse replaces its catalog.
+        let catalogs = MemoryCatalogProviderList::new();
+        catalogs.register_catalog(CATALOG.to_owned(), Arc::new(LakeCatalog::unlisted(engine)));
+        state.register_catalog_list(Arc::new(catalogs));
+        Ok(SessionContext::new_with_state(state))
     }
-    let runtime = runtime_env(memory.clone(), disk).map_err(status)?;
-    let mut builder = SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(runtime)
-        .with_default_features()
-        .with_optimizer_rule(Arc::new(NearestNeighbours))
-        .with_optimizer_rule(Arc::new(super::super::modulo::ConstantRemainder))
-        .with_physical_optimizer_rule(Arc::new(BoundRepetition))
-        .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator));
-    // `contains_tokens(col, 'words')`: a filter Lance answers from the column's inverted index.
-    if let Some(functions) = builder.scalar_functions() {
-        functions.push(Arc::new(super::super::search::contains_tokens()));
+}
+
+/// What a statement's operators run in (its memory pool), kept in its session's configuration:
+/// a statement's session is a copy of a shared one, whose runtime it cannot replace.
+#[derive(Debug)]
+struct StatementRuntime(Arc<RuntimeEnv>);
+
+/// Where the operators of the statement of `state` run: its own runtime, or the session's
+/// (one lake did not make for a statement: a shared session's pool refuses every reservation).
+pub(crate) fn task_context(state: &SessionState) -> Arc<TaskContext> {
+    let task = TaskContext::from(state);
+    Arc::new(match state.config().get_extension::<StatementRuntime>() {
+        Some(runtime) => task.with_runtime(runtime.0.clone()),
+        None => task,
+    })
+}
+
+/// The memory pool of the session statements share: it refuses every reservation, since no
+/// statement's operators should run in it (see [`task_context`]).
+#[derive(Debug, Default)]
+struct NoStatement {
+    grown: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Display for NoStatement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
-    let state = super::super::bounded::counted_session(builder, &budget).build();
-    let ctx = SessionContext::new_with_state(state);
-    // Tables resolve when a statement names them; the warehouse is listed only for a
-    // statement that enumerates it (see `plan`).
-    ctx.register_catalog(CATALOG, Arc::new(LakeCatalog::unlisted(engine)));
-    Ok(ctx)
+}
+
+impl MemoryPool for NoStatement {
+    fn name(&self) -> &str {
+        "lake: no statement"
+    }
+
+    fn grow(&self, _reservation: &MemoryReservation, additional: usize) {
+        self.grown
+            .fetch_add(additional, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn shrink(&self, _reservation: &MemoryReservation, shrink: usize) {
+        self.grown
+            .fetch_sub(shrink, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn try_grow(
+        &self,
+        _reservation: &MemoryReservation,
+        additional: usize,
+    ) -> Result<(), DataFusionError> {
+        Err(DataFusionError::Internal(format!(
+            "{additional} bytes were asked of a session no statement owns: there is no memory \
+             budget to count them against"
+        )))
+    }
+
+    fn reserved(&self) -> usize {
+        self.grown.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        MemoryLimit::Finite(0)
+    }
 }
 
 /// Distinct tables one statement may name: each is looked up in the manifest store while the
@@ -153,4 +278,106 @@ pub(super) async fn list_the_warehouse(ctx: &SessionContext) -> Result<(), Statu
         .map_err(|e| Status::unavailable(format!("cannot list the warehouse: {e}")))?;
     ctx.register_catalog(CATALOG, Arc::new(listed));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::execution::memory_pool::GreedyMemoryPool;
+
+    use super::*;
+    use crate::engine::{Warehouse, WriteEngine};
+    use crate::flight::options::SessionOptions;
+    use crate::manifest::ManifestStore;
+    use crate::store::EmbeddedStore;
+
+    /// The first value of `sql` run as lake runs a read: planned in `ctx`, executed in its
+    /// statement's runtime.
+    async fn first_value(ctx: &SessionContext, sql: &str) -> Result<i64, DataFusionError> {
+        let state = ctx.state();
+        let plan = state.create_logical_plan(sql).await?;
+        let physical = state.create_physical_plan(&plan).await?;
+        let batches = datafusion::physical_plan::collect(physical, task_context(&state)).await?;
+        let values = batches
+            .iter()
+            .find(|b| b.num_rows() > 0)
+            .and_then(|b| b.column(0).as_any().downcast_ref::<Int64Array>())
+            .ok_or_else(|| DataFusionError::Internal(format!("{sql} gave {batches:?}")))?;
+        Ok(values.value(0))
+    }
+
+    fn sessions() -> (tempfile::TempDir, Sessions, WriteEngine, Arc<DiskManager>) {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = Arc::new(EmbeddedStore::open(&dir.path().join("manifests.redb"), true).unwrap());
+        let engine = WriteEngine::new(
+            Warehouse::Local(dir.path().join("warehouse")),
+            ManifestStore::new(kv),
+        );
+        let disk = Arc::new(DiskManagerBuilder::default().build().unwrap());
+        let sessions = Sessions::new(disk.clone()).unwrap();
+        (dir, sessions, engine, disk)
+    }
+
+    /// Statements made from one shared session, alive at once, each count against their own
+    /// budget: the same calls refused in one fit in the other, before and after it.
+    #[tokio::test]
+    async fn statements_of_one_endpoint_count_against_their_own_budgets() {
+        let (_dir, sessions, engine, disk) = sessions();
+        let statement = |bytes: usize| {
+            sessions
+                .statement(
+                    engine.reader(),
+                    Arc::new(GreedyMemoryPool::new(bytes)),
+                    disk.clone(),
+                    Instant::now() + Duration::from_secs(60),
+                    Duration::from_secs(60),
+                    &SessionOptions::default(),
+                )
+                .unwrap()
+        };
+        // Less than one sketch of `approx_distinct` (16 KiB, claimed three times over).
+        let small = statement(32 * 1024);
+        let large = statement(1024 * 1024 * 1024);
+        // A scalar function (counted by the call) and a sketch (claimed by its accumulator).
+        for (sql, value) in [
+            (
+                "SELECT CAST(length(repeat('x', 4000000)) AS BIGINT)",
+                4_000_000,
+            ),
+            (
+                "SELECT CAST(approx_distinct(v) AS BIGINT) FROM generate_series(1, 10) AS t(v)",
+                10,
+            ),
+        ] {
+            let refused = first_value(&small, sql).await;
+            let counted = first_value(&large, sql).await;
+            let refused_again = first_value(&small, sql).await;
+            match counted {
+                Ok(v) => assert_eq!(v, value, "{sql} in the large budget"),
+                Err(e) => panic!("{sql} was refused in the large budget: {e}"),
+            }
+            for refused in [refused, refused_again] {
+                match refused {
+                    Err(e) => assert!(
+                        e.to_string().contains("MiB"),
+                        "{sql} in the small budget: {e}"
+                    ),
+                    Ok(v) => panic!("{sql} ran in the small budget: {v}"),
+                }
+            }
+        }
+    }
+
+    /// The shared session counts nothing of its own: a function called in it, not in a
+    /// statement's copy, is refused (an error, never an uncounted call).
+    #[tokio::test]
+    async fn the_shared_session_refuses_to_run_functions() {
+        let (_dir, sessions, _engine, _disk) = sessions();
+        let shared = SessionContext::new_with_state(sessions.shared.clone());
+        let refused = first_value(&shared, "SELECT length(repeat('x', 10))").await;
+        let e = refused.expect_err("a call in the shared session");
+        assert!(e.to_string().contains("outside a statement"), "{e}");
+    }
 }

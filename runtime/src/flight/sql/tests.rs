@@ -232,19 +232,20 @@ async fn every_statement_is_classified_as_what_it_does() {
             .build()
             .unwrap(),
     );
+    let sessions = super::Sessions::new(disk.clone()).unwrap();
     let mut wrong = Vec::new();
     for (sql, expect) in CASES {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let ctx = super::session(
-            engine.reader(),
-            pool.clone(),
-            disk.clone(),
-            deadline,
-            std::time::Duration::from_secs(60),
-            &crate::flight::options::SessionOptions::default(),
-        )
-        .await
-        .unwrap();
+        let ctx = sessions
+            .statement(
+                engine.reader(),
+                pool.clone(),
+                disk.clone(),
+                deadline,
+                std::time::Duration::from_secs(60),
+                &crate::flight::options::SessionOptions::default(),
+            )
+            .unwrap();
         let outcome = plan(&ctx, sql, None).await;
         let ok = match (&outcome, expect) {
             (Err(status), Expect::Refused(code, text)) => {

@@ -145,8 +145,8 @@ impl LakeFlightSql {
                     .create_physical_plan(&optimized, &state)
                     .await
                     .map_err(sql::status)?;
-                datafusion::physical_plan::execute_stream(physical, sql::task_context(&state))
-                    .map_err(sql::status)
+                let task = sql::task_context(&state).map_err(sql::status)?;
+                datafusion::physical_plan::execute_stream(physical, task).map_err(sql::status)
             })
             .await?;
         let target = schema.clone();

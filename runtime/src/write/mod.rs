@@ -383,9 +383,9 @@ async fn planned_rows(
         .await
         .map_err(WriteError::Plan)?;
     // In the statement's runtime (its memory pool), not the session's.
+    let task = crate::flight::task_context(&state).map_err(WriteError::Plan)?;
     let batches =
-        datafusion::physical_plan::execute_stream(physical, crate::flight::task_context(&state))
-            .map_err(WriteError::Plan)?;
+        datafusion::physical_plan::execute_stream(physical, task).map_err(WriteError::Plan)?;
     let table = target.clone();
     let cast = batches.and_then(move |batch| {
         futures::future::ready(

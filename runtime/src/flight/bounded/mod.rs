@@ -772,7 +772,7 @@ impl Counted {
 }
 
 // Two wrappers are the same function when they wrap the same one, whichever budget they count
-// against (one per statement).
+// against (one per statement: no plan outlives its statement's session).
 impl PartialEq for Counted {
     fn eq(&self, other: &Self) -> bool {
         self.inner == other.inner && self.growth == other.growth
@@ -1464,6 +1464,28 @@ mod tests {
             );
             assert!(status.message().contains(function), "{sql}: {status:?}");
         }
+    }
+
+    /// A function of a shared registry called with no statement's budget bound to it nor among
+    /// the options it is called with (a session without lake's rules, as a plan planned
+    /// elsewhere would be) is refused when it runs, not run uncounted.
+    #[tokio::test]
+    async fn an_unbound_call_without_a_budget_is_refused() {
+        let ctx = SessionContext::new();
+        let repeat = datafusion::execution::FunctionRegistry::udf(&ctx, "repeat").unwrap();
+        ctx.register_udf(wrap(repeat, None));
+        let err = ctx
+            .sql("SELECT repeat(s, 3) FROM (VALUES ('x'), ('y')) AS t(s)")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .expect_err("an unbound call without a budget");
+        assert!(
+            err.to_string()
+                .contains("repeat() ran outside a statement: there is no memory budget"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -156,7 +156,8 @@ struct Sketch {
     claims: Option<Claims>,
 }
 
-// Two wrappers are the same function when they wrap the same one (one budget per session).
+// Two wrappers are the same function when they wrap the same one, whichever budget they claim
+// from (one per statement: no plan outlives its statement's session).
 impl PartialEq for Sketch {
     fn eq(&self, other: &Self) -> bool {
         self.inner == other.inner

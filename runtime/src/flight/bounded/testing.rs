@@ -11,10 +11,18 @@ use datafusion::prelude::SessionContext;
 
 use super::Budget;
 
-/// A session of `builder` with every function counted against `pool` (and a minute to run).
+/// A session of `builder` with every function counted against `pool` (and a minute to run),
+/// made as lake makes a statement's: a copy of a shared session whose functions are bound to no
+/// statement, given the statement's budget among its options.
 pub(super) fn counted(builder: SessionStateBuilder, pool: Arc<dyn MemoryPool>) -> SessionContext {
-    let budget = budget_of(pool);
-    SessionContext::new_with_state(super::counted_session(builder, &budget).build())
+    let shared = super::counting_session(builder).build();
+    let mut state = shared.clone();
+    state
+        .config_mut()
+        .options_mut()
+        .extensions
+        .insert(super::StatementBudget::of(budget_of(pool)));
+    SessionContext::new_with_state(state)
 }
 
 /// A statement's budget of `bytes` (and a minute to run).

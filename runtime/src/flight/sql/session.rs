@@ -142,30 +142,13 @@ impl Sessions {
             .extensions
             .insert(StatementBudget::of(budget));
         // The session's settings were checked when they were set and when their cookie was
-        // read.
-        let mut settings = options.settings().peekable();
-        let configured = settings.peek().is_some();
-        for (name, value) in settings {
+        // read. They are lake's (`lake.*`, read by lake's rules): no DataFusion function reads
+        // them, so none is refreshed as a DataFusion `SET` would (`with_updated_config`).
+        for (name, value) in options.settings() {
             config
                 .options_mut()
                 .set(name, value)
                 .map_err(|e| Status::invalid_argument(format!("session setting {name}: {e}")))?;
-        }
-        if configured {
-            // What DataFusion does on `SET`: functions that read the configuration see it.
-            let options = state.config_options().clone();
-            let updated: Vec<_> = state
-                .scalar_functions()
-                .values()
-                .filter_map(|f| f.inner().with_updated_config(&options))
-                .collect();
-            for function in updated {
-                datafusion::execution::FunctionRegistry::register_udf(
-                    &mut state,
-                    Arc::new(function),
-                )
-                .map_err(status)?;
-            }
         }
         // Its start time, and its options for expressions planned outside a plan (a table
         // function's constant arguments).
@@ -184,14 +167,22 @@ impl Sessions {
 #[derive(Debug)]
 struct StatementRuntime(Arc<RuntimeEnv>);
 
-/// Where the operators of the statement of `state` run: its own runtime, or the session's
-/// (one lake did not make for a statement: a shared session's pool refuses every reservation).
-pub(crate) fn task_context(state: &SessionState) -> Arc<TaskContext> {
-    let task = TaskContext::from(state);
-    Arc::new(match state.config().get_extension::<StatementRuntime>() {
-        Some(runtime) => task.with_runtime(runtime.0.clone()),
-        None => task,
-    })
+/// Where the operators of the statement of `state` run: its own runtime. A session that is
+/// not a statement's has none to give (the shared session's pool would refuse reservations but
+/// not count what operators take without asking).
+pub(crate) fn task_context(state: &SessionState) -> Result<Arc<TaskContext>, DataFusionError> {
+    let runtime = state
+        .config()
+        .get_extension::<StatementRuntime>()
+        .ok_or_else(|| {
+            DataFusionError::Internal(
+                "a plan was executed outside a statement: there is no memory pool to run it in"
+                    .to_owned(),
+            )
+        })?;
+    Ok(Arc::new(
+        TaskContext::from(state).with_runtime(runtime.0.clone()),
+    ))
 }
 
 /// The memory pool of the session statements share: it refuses every reservation, since no
@@ -299,7 +290,7 @@ mod tests {
         let state = ctx.state();
         let plan = state.create_logical_plan(sql).await?;
         let physical = state.create_physical_plan(&plan).await?;
-        let batches = datafusion::physical_plan::collect(physical, task_context(&state)).await?;
+        let batches = datafusion::physical_plan::collect(physical, task_context(&state)?).await?;
         let values = batches
             .iter()
             .find(|b| b.num_rows() > 0)
@@ -370,14 +361,46 @@ mod tests {
         }
     }
 
-    /// The shared session counts nothing of its own: a function called in it, not in a
-    /// statement's copy, is refused (an error, never an uncounted call).
+    /// A table function's arguments are folded while the SQL is planned, before any rule binds
+    /// their calls: the call finds the statement's budget among the options it is made with.
     #[tokio::test]
-    async fn the_shared_session_refuses_to_run_functions() {
+    async fn table_function_arguments_count_against_the_statement() {
+        let (_dir, sessions, engine, disk) = sessions();
+        let statement = |bytes: usize| {
+            sessions
+                .statement(
+                    engine.reader(),
+                    Arc::new(GreedyMemoryPool::new(bytes)),
+                    disk.clone(),
+                    Instant::now() + Duration::from_secs(60),
+                    Duration::from_secs(60),
+                    &SessionOptions::default(),
+                )
+                .unwrap()
+        };
+        let sql = "SELECT count(*) FROM generate_series(1, length(repeat('x', 4000000)) / 1000000)";
+        match first_value(&statement(1024 * 1024 * 1024), sql).await {
+            Ok(rows) => assert_eq!(rows, 4),
+            Err(e) => panic!("{sql} was refused in a large budget: {e}"),
+        }
+        // Refused in a small one (DataFusion leaves the refused constant unfolded, and the
+        // table function then refuses it as not a number).
+        let e = first_value(&statement(32 * 1024), sql)
+            .await
+            .expect_err("a table function's argument past the budget");
+        assert!(!e.to_string().contains("outside a statement"), "{e}");
+    }
+
+    /// The shared session counts nothing of its own: a plan made in it, not in a statement's
+    /// copy, is refused, and nothing runs in its runtime (an error, never an uncounted run).
+    #[tokio::test]
+    async fn the_shared_session_plans_and_runs_nothing() {
         let (_dir, sessions, _engine, _disk) = sessions();
         let shared = SessionContext::new_with_state(sessions.shared.clone());
         let refused = first_value(&shared, "SELECT length(repeat('x', 10))").await;
         let e = refused.expect_err("a call in the shared session");
+        assert!(e.to_string().contains("outside a statement"), "{e}");
+        let e = task_context(&sessions.shared).expect_err("a task of the shared session");
         assert!(e.to_string().contains("outside a statement"), "{e}");
     }
 }

@@ -123,9 +123,9 @@ impl LakeFlightSql {
         let batches = self
             .governor
             .until(deadline, async {
-                // One copy of the session's state for the whole statement (each copy clones
-                // its function registries).
-                let mut state = ctx.state();
+                // The session's state for the whole statement, taken from its context rather
+                // than copied where nothing else holds it (a copy clones its registries).
+                let mut state = sql::into_state(ctx);
                 let optimized = state.optimize(&plan).map_err(sql::status)?;
                 if !super::bounded::builds_more_than_it_reads(&optimized) {
                     state

@@ -378,19 +378,30 @@ fn server_socket_nodelay(pid: u32, server_port: u16, client_port: u16) -> bool {
             "pidfd_getfd: {}",
             std::io::Error::last_os_error()
         );
-        let mut value: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        let rc = libc::getsockopt(
-            copy,
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        );
-        assert_eq!(rc, 0, "getsockopt: {}", std::io::Error::last_os_error());
+        // The server sets the option just after it accepted the socket: under load the look
+        // above may fall between the two, so the option is read until it is on (for up to two
+        // seconds; a server that never sets it fails).
+        let mut on = false;
+        for _ in 0..200 {
+            let mut value: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            let rc = libc::getsockopt(
+                copy,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            );
+            assert_eq!(rc, 0, "getsockopt: {}", std::io::Error::last_os_error());
+            on = value != 0;
+            if on {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         libc::close(copy);
         libc::close(pidfd);
-        value != 0
+        on
     }
 }
 

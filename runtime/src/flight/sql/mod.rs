@@ -34,7 +34,7 @@ mod tests;
 
 use rewrite::{binary_types_as_bytea, number_placeholders};
 pub(crate) use session::task_context;
-pub(super) use session::{MAX_TABLE_REFERENCES, Sessions, runtime_env};
+pub(super) use session::{MAX_TABLE_REFERENCES, Sessions, into_state, runtime_env};
 use session::{enumerates_the_warehouse, list_the_warehouse};
 
 /// A write, decided from SQL before anything is touched.

@@ -162,6 +162,20 @@ impl Sessions {
     }
 }
 
+/// The state of the statement of `ctx`, to execute it: taken whole when nothing else holds the
+/// context (a kept plan redeemed by its `DoGet`), else copied (as `SessionContext::state`
+/// does: every function registry cloned); marked as starting now either way.
+pub(in crate::flight) fn into_state(ctx: SessionContext) -> SessionState {
+    let shared = ctx.state_ref();
+    drop(ctx);
+    let mut state = match Arc::try_unwrap(shared) {
+        Ok(only) => only.into_inner(),
+        Err(shared) => shared.read().clone(),
+    };
+    state.mark_start_execution();
+    state
+}
+
 /// What a statement's operators run in (its memory pool), kept in its session's configuration:
 /// a statement's session is a copy of a shared one, whose runtime it cannot replace.
 #[derive(Debug)]
@@ -389,6 +403,30 @@ mod tests {
             .await
             .expect_err("a table function's argument past the budget");
         assert!(!e.to_string().contains("outside a statement"), "{e}");
+    }
+
+    /// A `DoGet` takes the state of the context its plan was kept with instead of copying it
+    /// (the registries' names stay where they were), unless another holder of the context
+    /// remains, which keeps its own.
+    #[test]
+    fn a_context_held_once_gives_its_state_whole() {
+        let name_at = |state: &SessionState| {
+            state
+                .scalar_functions()
+                .keys()
+                .find(|k| k.as_str() == "abs")
+                .map(|k| k.as_ptr() as usize)
+        };
+        let ctx = SessionContext::new();
+        let before = name_at(&ctx.state_ref().read());
+        assert!(before.is_some());
+        assert_eq!(name_at(&into_state(ctx)), before);
+
+        let ctx = SessionContext::new();
+        let kept = ctx.clone();
+        let before = name_at(&ctx.state_ref().read());
+        assert_ne!(name_at(&into_state(ctx)), before);
+        assert_eq!(name_at(&kept.state_ref().read()), before);
     }
 
     /// The shared session counts nothing of its own: a plan made in it, not in a statement's

@@ -313,35 +313,54 @@ mod tests {
         Ok(values.value(0))
     }
 
-    fn sessions() -> (tempfile::TempDir, Sessions, WriteEngine, Arc<DiskManager>) {
-        let dir = tempfile::tempdir().unwrap();
-        let kv = Arc::new(EmbeddedStore::open(&dir.path().join("manifests.redb"), true).unwrap());
-        let engine = WriteEngine::new(
-            Warehouse::Local(dir.path().join("warehouse")),
-            ManifestStore::new(kv),
-        );
-        let disk = Arc::new(DiskManagerBuilder::default().build().unwrap());
-        let sessions = Sessions::new(disk.clone()).unwrap();
-        (dir, sessions, engine, disk)
+    /// An endpoint's sessions over an empty warehouse.
+    struct Endpoint {
+        _dir: tempfile::TempDir,
+        sessions: Sessions,
+        engine: WriteEngine,
+        disk: Arc<DiskManager>,
+    }
+
+    impl Endpoint {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let kv =
+                Arc::new(EmbeddedStore::open(&dir.path().join("manifests.redb"), true).unwrap());
+            let engine = WriteEngine::new(
+                Warehouse::Local(dir.path().join("warehouse")),
+                ManifestStore::new(kv),
+            );
+            let disk = Arc::new(DiskManagerBuilder::default().build().unwrap());
+            let sessions = Sessions::new(disk.clone()).unwrap();
+            Self {
+                _dir: dir,
+                sessions,
+                engine,
+                disk,
+            }
+        }
+
+        /// A statement's session with a budget of `bytes` (and a minute to run).
+        fn statement(&self, bytes: usize) -> SessionContext {
+            self.sessions
+                .statement(
+                    self.engine.reader(),
+                    Arc::new(GreedyMemoryPool::new(bytes)),
+                    self.disk.clone(),
+                    Instant::now() + Duration::from_secs(60),
+                    Duration::from_secs(60),
+                    &SessionOptions::default(),
+                )
+                .unwrap()
+        }
     }
 
     /// Statements made from one shared session, alive at once, each count against their own
     /// budget: the same calls refused in one fit in the other, before and after it.
     #[tokio::test]
     async fn statements_of_one_endpoint_count_against_their_own_budgets() {
-        let (_dir, sessions, engine, disk) = sessions();
-        let statement = |bytes: usize| {
-            sessions
-                .statement(
-                    engine.reader(),
-                    Arc::new(GreedyMemoryPool::new(bytes)),
-                    disk.clone(),
-                    Instant::now() + Duration::from_secs(60),
-                    Duration::from_secs(60),
-                    &SessionOptions::default(),
-                )
-                .unwrap()
-        };
+        let endpoint = Endpoint::new();
+        let statement = |bytes: usize| endpoint.statement(bytes);
         // Less than one sketch of `approx_distinct` (16 KiB, claimed three times over).
         let small = statement(32 * 1024);
         let large = statement(1024 * 1024 * 1024);
@@ -379,19 +398,8 @@ mod tests {
     /// their calls: the call finds the statement's budget among the options it is made with.
     #[tokio::test]
     async fn table_function_arguments_count_against_the_statement() {
-        let (_dir, sessions, engine, disk) = sessions();
-        let statement = |bytes: usize| {
-            sessions
-                .statement(
-                    engine.reader(),
-                    Arc::new(GreedyMemoryPool::new(bytes)),
-                    disk.clone(),
-                    Instant::now() + Duration::from_secs(60),
-                    Duration::from_secs(60),
-                    &SessionOptions::default(),
-                )
-                .unwrap()
-        };
+        let endpoint = Endpoint::new();
+        let statement = |bytes: usize| endpoint.statement(bytes);
         let sql = "SELECT count(*) FROM generate_series(1, length(repeat('x', 4000000)) / 1000000)";
         match first_value(&statement(1024 * 1024 * 1024), sql).await {
             Ok(rows) => assert_eq!(rows, 4),
@@ -433,7 +441,7 @@ mod tests {
     /// copy, is refused, and nothing runs in its runtime (an error, never an uncounted run).
     #[tokio::test]
     async fn the_shared_session_plans_and_runs_nothing() {
-        let (_dir, sessions, _engine, _disk) = sessions();
+        let sessions = Endpoint::new().sessions;
         let shared = SessionContext::new_with_state(sessions.shared.clone());
         let refused = first_value(&shared, "SELECT length(repeat('x', 10))").await;
         let e = refused.expect_err("a call in the shared session");

@@ -19,6 +19,7 @@ use super::handle::Handle;
 use super::ipc::{Message, Messages};
 use super::options::SessionOptions;
 use super::plans::PlanCache;
+use super::prepared::ReadPlan;
 use super::service::LakeFlightSql;
 use super::sql;
 use super::statement::rows_schema;
@@ -104,8 +105,8 @@ impl LakeFlightSql {
         };
         // A kept plan's functions count their time from this DoGet.
         super::bounded::rearm(&ctx, deadline.into_std());
-        let ctx = self.distribute(ctx, &plan);
-        let unbound = plan.get_parameter_fields().map_err(sql::status)?;
+        let ctx = self.distribute(ctx, plan.plan());
+        let unbound = plan.plan().get_parameter_fields().map_err(sql::status)?;
         if !unbound.is_empty() {
             let mut names: Vec<&String> = unbound.keys().collect();
             names.sort();
@@ -115,9 +116,12 @@ impl LakeFlightSql {
             )));
         }
         let limit = self.governor.limits.query_timeout;
-        let schema = super::types::result_schema(&plan, sql::chosen_schema(&ctx).as_ref());
+        let schema = super::types::result_schema(plan.plan(), sql::chosen_schema(&ctx).as_ref());
         // EXPLAIN's text names table locations: the server's paths are hidden in it.
-        let explain = matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_));
+        let explain = matches!(
+            plan.plan(),
+            LogicalPlan::Explain(_) | LogicalPlan::Analyze(_)
+        );
         let redactor = self.redactor().clone();
         // Dropping the response stream drops this DataFusion stream: the work stops.
         let batches = self
@@ -126,7 +130,10 @@ impl LakeFlightSql {
                 // The session's state for the whole statement, taken from its context rather
                 // than copied where nothing else holds it (a copy clones its registries).
                 let mut state = sql::into_state(ctx);
-                let optimized = state.optimize(&plan).map_err(sql::status)?;
+                let optimized = match plan {
+                    ReadPlan::Unoptimized(plan) => state.optimize(&plan).map_err(sql::status)?,
+                    ReadPlan::Optimized(plan) => plan,
+                };
                 if !super::bounded::builds_more_than_it_reads(&optimized) {
                     state
                         .config_mut()

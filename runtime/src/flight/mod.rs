@@ -23,6 +23,7 @@ mod modulo;
 mod nested;
 mod options;
 mod plans;
+mod prepared;
 mod protocol;
 mod redact;
 mod repeat;

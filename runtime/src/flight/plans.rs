@@ -15,11 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow_flight::error::FlightError;
-use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use futures::stream::{AbortHandle, AbortRegistration, Abortable, BoxStream};
 use tonic::Status;
+
+use super::prepared::ReadPlan;
 
 /// How long a plan waits for its DoGet: clients redeem a ticket at once.
 pub(super) const TTL: Duration = Duration::from_secs(30);
@@ -53,7 +54,7 @@ impl State {
 struct Kept {
     at: Instant,
     ctx: SessionContext,
-    plan: LogicalPlan,
+    plan: ReadPlan,
 }
 
 /// What CancelFlightInfo did to a planned statement.
@@ -103,7 +104,7 @@ impl PlanCache {
 
     /// Keeps `plan` (made in `ctx`) and returns its id. Expired plans are dropped first; when
     /// full, the oldest goes.
-    pub(super) fn put(&self, ctx: SessionContext, plan: LogicalPlan) -> u64 {
+    pub(super) fn put(&self, ctx: SessionContext, plan: ReadPlan) -> u64 {
         let id = uuid::Uuid::new_v4().as_u64_pair().0;
         let now = Instant::now();
         let mut state = self.lock();
@@ -129,7 +130,7 @@ impl PlanCache {
     pub(super) fn start(
         self: &Arc<Self>,
         id: u64,
-    ) -> Result<(Option<(SessionContext, LogicalPlan)>, Run), Status> {
+    ) -> Result<(Option<(SessionContext, ReadPlan)>, Run), Status> {
         let mut state = self.lock();
         state.trim();
         if state.cancelled.contains_key(&id) {
@@ -214,8 +215,8 @@ impl PlanCache {
 mod tests {
     use super::*;
 
-    async fn plan(ctx: &SessionContext) -> LogicalPlan {
-        ctx.state().create_logical_plan("SELECT 1").await.unwrap()
+    async fn plan(ctx: &SessionContext) -> ReadPlan {
+        ReadPlan::Unoptimized(ctx.state().create_logical_plan("SELECT 1").await.unwrap())
     }
 
     fn kept(cache: &Arc<PlanCache>, id: u64) -> bool {

@@ -25,6 +25,7 @@ use super::info::SqlInfoTable;
 use super::limits::{Governor, Limits};
 use super::options::SessionOptions;
 use super::plans::PlanCache;
+use super::prepared::PreparedPlans;
 use super::redact::Redactor;
 use super::sql::Sessions;
 use crate::context::{MetadataContext, QueryContext};
@@ -57,6 +58,8 @@ pub struct LakeFlightSql {
     pub(super) governor: Governor,
     /// Plans GetFlightInfo made, for their DoGet.
     pub(super) plans: Arc<PlanCache>,
+    /// Prepared reads' optimized plans, for their next executions.
+    pub(super) prepared: Arc<PreparedPlans>,
     /// What each statement's session is a copy of (shared: the service is cloned per call).
     sessions: Arc<Sessions>,
 }
@@ -84,6 +87,7 @@ impl LakeFlightSql {
             redactor: Redactor::default(),
             governor,
             plans: Arc::default(),
+            prepared: Arc::default(),
             sessions,
         }
         .with_redactor())

@@ -15,13 +15,13 @@ use arrow_flight::sql::{
 use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, SchemaResult, Ticket,
 };
-use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use prost::Message;
 use tonic::{Request, Status};
 
 use super::handle::{Handle, MAX_PARAMS_BYTES, params_to_ipc};
 use super::options::SessionOptions;
+use super::prepared::{ReadPlan, Statement};
 use super::service::LakeFlightSql;
 use super::sql::{self, Planned};
 
@@ -54,17 +54,19 @@ impl LakeFlightSql {
                 let ctx = this.session(&options).await?;
                 let planned = this
                     .governor
-                    .governed(sql::plan(&ctx, &sql, params))
+                    .governed(this.plan_statement(&ctx, &sql, params, &options))
                     .await?;
                 Ok(match planned {
-                    Planned::Read(plan) => {
-                        let schema =
-                            super::types::result_schema(&plan, sql::chosen_schema(&ctx).as_ref());
+                    Statement::Read(plan) => {
+                        let schema = super::types::result_schema(
+                            plan.plan(),
+                            sql::chosen_schema(&ctx).as_ref(),
+                        );
                         let id = this.plans.put(ctx.clone(), plan);
                         let statement = Box::new(handle);
                         (schema, Handle::Planned { id, statement })
                     }
-                    Planned::Write(write) => {
+                    Statement::Write(write) => {
                         (rows_schema(), Handle::Done(this.write(&ctx, write).await?))
                     }
                 })
@@ -96,10 +98,9 @@ impl LakeFlightSql {
             .governed(sql::plan(&ctx, &sql, params))
             .await?
         {
-            Planned::Read(plan) => Ok(super::types::result_schema(
-                &plan,
-                sql::chosen_schema(&ctx).as_ref(),
-            )),
+            Planned::Read(plan) | Planned::BoundRead { plan, .. } => Ok(
+                super::types::result_schema(&plan, sql::chosen_schema(&ctx).as_ref()),
+            ),
             Planned::Write(_) => self.writer().map(|_| rows_schema()),
         }
     }
@@ -158,12 +159,13 @@ impl LakeFlightSql {
         &self,
         handle: Handle,
         options: &SessionOptions,
-    ) -> Result<(SessionContext, LogicalPlan), Status> {
-        let ctx = self.session(&handle.options_or(options.clone())).await?;
+    ) -> Result<(SessionContext, ReadPlan), Status> {
+        let options = handle.options_or(options.clone());
+        let ctx = self.session(&options).await?;
         let (sql, params) = handle.statement()?;
-        match sql::plan(&ctx, &sql, params).await? {
-            Planned::Read(plan) => Ok((ctx, plan)),
-            Planned::Write(_) => Err(Status::invalid_argument(
+        match self.plan_statement(&ctx, &sql, params, &options).await? {
+            Statement::Read(plan) => Ok((ctx, plan)),
+            Statement::Write(_) => Err(Status::invalid_argument(
                 "a write cannot be fetched; it ran when planned",
             )),
         }
@@ -182,7 +184,7 @@ impl LakeFlightSql {
             .governed(sql::plan(&ctx, &query.query, None))
             .await?;
         let (schema, parameters) = match planned {
-            Planned::Read(plan) => (
+            Planned::Read(plan) | Planned::BoundRead { plan, .. } => (
                 super::types::result_schema(&plan, sql::chosen_schema(&ctx).as_ref()),
                 super::bind::parameter_schema(&plan)?,
             ),

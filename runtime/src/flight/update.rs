@@ -144,7 +144,7 @@ impl LakeFlightSql {
                     .await?
                 {
                     Planned::Write(write) => this.write(&ctx, write).await,
-                    Planned::Read(_) => Err(not_an_update()),
+                    Planned::Read(_) | Planned::BoundRead { .. } => Err(not_an_update()),
                 }
             }),
         )
@@ -185,7 +185,7 @@ impl LakeFlightSql {
                 };
                 match planned {
                     Planned::Write(write) => this.write(&ctx, write).await,
-                    Planned::Read(_) => Err(not_an_update()),
+                    Planned::Read(_) | Planned::BoundRead { .. } => Err(not_an_update()),
                 }
             }),
         )

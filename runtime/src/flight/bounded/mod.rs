@@ -670,6 +670,49 @@ fn count_plan(
     })
 }
 
+/// `plan` (optimized for another statement) with every call bound to no statement: what a
+/// prepared statement keeps for its next execution, holding no budget of a statement that
+/// ended.
+pub(super) fn unbind(plan: LogicalPlan) -> Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        node.map_expressions(|e| {
+            e.transform_up(|e| match e {
+                Expr::ScalarFunction(f) => {
+                    let unbound = f.func.inner().downcast_ref::<Counted>().and_then(|c| {
+                        c.budget.is_some().then(|| Counted {
+                            inner: c.inner.clone(),
+                            growth: c.growth,
+                            budget: None,
+                        })
+                    });
+                    Ok(match unbound {
+                        Some(unbound) => {
+                            Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+                                Arc::new(ScalarUDF::new_from_impl(unbound)),
+                                f.args,
+                            )))
+                        }
+                        None => Transformed::no(Expr::ScalarFunction(f)),
+                    })
+                }
+                e @ (Expr::AggregateFunction(_) | Expr::WindowFunction(_)) => {
+                    Ok(sketches::unbind(e))
+                }
+                other => Ok(Transformed::no(other)),
+            })
+        })
+    })
+    .map(|t| t.data)
+}
+
+/// An optimized `plan` whose values were bound after it was optimized (a prepared statement's
+/// kept plan) made this statement's: every call bound to `budget`, and what the values make of
+/// it checked and counted as the optimizer's last pass would have (a large value an operator
+/// copies into every row, a sketch's size).
+pub(super) fn bind_statement(plan: LogicalPlan, budget: &Budget) -> Result<LogicalPlan> {
+    count_plan(plan, budget, true).map(|t| t.data)
+}
+
 /// Refuses a cast to a type whose every row takes more than a batch's share of the budget (at
 /// most [`MAX_FIXED_ROW_BYTES`]): a cast builds its whole batch, no function counts it.
 fn check_fixed_width(data_type: &DataType, budget: &Budget) -> Result<()> {

@@ -77,6 +77,41 @@ fn bound(function: &AggregateUDF, budget: &Budget) -> Option<Arc<AggregateUDF>> 
     })))
 }
 
+/// `function` bound to no statement, if it is a sketch bound to one.
+fn unbound(function: &AggregateUDF) -> Option<Arc<AggregateUDF>> {
+    let sketch = function.inner().downcast_ref::<Sketch>()?;
+    sketch.claims.as_ref()?;
+    Some(Arc::new(AggregateUDF::new_from_impl(Sketch {
+        inner: sketch.inner.clone(),
+        claims: None,
+    })))
+}
+
+/// An aggregate or window call, its sketch bound to no statement (a plan kept for the next
+/// execution of a prepared statement, which binds it to its own budget).
+pub(super) fn unbind(e: Expr) -> Transformed<Expr> {
+    match e {
+        Expr::AggregateFunction(f) => match unbound(&f.func) {
+            Some(func) => Transformed::yes(Expr::AggregateFunction(AggregateFunction {
+                func,
+                params: f.params,
+            })),
+            None => Transformed::no(Expr::AggregateFunction(f)),
+        },
+        Expr::WindowFunction(w) => match &w.fun {
+            WindowFunctionDefinition::AggregateUDF(func) => match unbound(func) {
+                Some(func) => Transformed::yes(Expr::WindowFunction(Box::new(WindowFunction {
+                    fun: WindowFunctionDefinition::AggregateUDF(func),
+                    params: w.params,
+                }))),
+                None => Transformed::no(Expr::WindowFunction(w)),
+            },
+            WindowFunctionDefinition::WindowUDF(_) => Transformed::no(Expr::WindowFunction(w)),
+        },
+        other => Transformed::no(other),
+    }
+}
+
 /// An aggregate call, its sketch bound to `budget` (a statement's copy of a shared session).
 pub(super) fn bind_aggregate(f: AggregateFunction, budget: &Budget) -> Transformed<Expr> {
     match bound(&f.func, budget) {

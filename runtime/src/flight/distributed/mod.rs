@@ -173,9 +173,9 @@ impl Distribution {
         let mut lake_tables_only = true;
         let _ = plan.apply_with_subqueries(|node| {
             if let LogicalPlan::TableScan(scan) = node {
+                // A search's table too (a prepared search arrives optimized).
                 let table = source_as_provider(&scan.source).ok().and_then(|provider| {
-                    let provider: &dyn std::any::Any = provider.as_ref();
-                    provider.downcast_ref::<LakeTable>().map(LakeTable::bytes)
+                    crate::flight::search::lake_table(provider.as_ref()).map(LakeTable::bytes)
                 });
                 match table {
                     Some(table) => bytes = bytes.saturating_add(table),

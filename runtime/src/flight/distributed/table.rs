@@ -53,6 +53,11 @@ impl LakeTable {
         }
     }
 
+    /// The table this is.
+    pub(in crate::flight) fn table(&self) -> &TableRef {
+        &self.table
+    }
+
     /// The dataset at the version this statement reads.
     pub(in crate::flight) fn dataset(&self) -> Arc<lance::dataset::Dataset> {
         self.lance.dataset()

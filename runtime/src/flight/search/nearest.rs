@@ -4,14 +4,18 @@
 use std::sync::Arc;
 
 use arrow::array::ArrayRef;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::datatypes::{DataType, SchemaRef};
 use async_trait::async_trait;
-use datafusion::catalog::default_table_source::source_as_provider;
+use datafusion::catalog::default_table_source::{provider_as_source, source_as_provider};
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, ParamValues, ScalarValue};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableType};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::create_physical_expr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -23,14 +27,32 @@ use prost::Message;
 use super::settings;
 use crate::flight::distributed::LakeTable;
 
+/// What a search looks for.
+#[derive(Debug, Clone)]
+pub(super) enum Query {
+    /// The query vector, as the column's element type.
+    Vector(ArrayRef),
+    /// An expression of a prepared statement's parameters (`$1`), evaluated with each
+    /// execution's values ([`bind_searches`]) and read as a vector of `dimension` values of type
+    /// `element`.
+    Parameter {
+        vector: Expr,
+        element: DataType,
+        dimension: i32,
+    },
+    /// A bound value that is no query vector of the column (another length, a null or a value
+    /// that is not finite): every row is read, and the statement's own sort answers exactly
+    /// (its distance function says what is wrong with the value, as it does unprepared).
+    Exact,
+}
+
 /// A lake table whose scan is a nearest-neighbour search of `column` for `query`.
 #[derive(Debug)]
 pub(super) struct NearestTable {
     /// The [`LakeTable`] searched.
     table: Arc<dyn TableProvider>,
     column: String,
-    /// The query vector, as the column's element type.
-    query: ArrayRef,
+    query: Query,
     k: usize,
     metric: DistanceType,
     /// Whether an index with the metric serves the search, once asked.
@@ -41,7 +63,7 @@ impl NearestTable {
     pub(super) fn new(
         table: Arc<dyn TableProvider>,
         column: String,
-        query: ArrayRef,
+        query: Query,
         k: usize,
         metric: DistanceType,
     ) -> Self {
@@ -55,9 +77,36 @@ impl NearestTable {
         }
     }
 
+    /// This search with its parameter bound to `values`.
+    fn bind(&self, values: &ParamValues) -> Result<Option<Self>> {
+        let Query::Parameter {
+            vector,
+            element,
+            dimension,
+        } = &self.query
+        else {
+            return Ok(None);
+        };
+        // A value the expression cannot take (`string_to_array` of text that is no number)
+        // fails the statement's own sort the same way, with DataFusion's message.
+        let query = evaluate(vector, values)?
+            .and_then(|value| super::rule::query_vector(&value, element, *dimension))
+            .map_or(Query::Exact, Query::Vector);
+        Ok(Some(Self::new(
+            self.table.clone(),
+            self.column.clone(),
+            query,
+            self.k,
+            self.metric,
+        )))
+    }
+
     /// Whether the table has a vector index on the column with the search's metric (asked of
-    /// Lance once per statement).
+    /// Lance once per statement), and the search has a vector to look for.
     async fn indexed(&self, dataset: &Dataset) -> Result<bool> {
+        if !matches!(self.query, Query::Vector(_)) {
+            return Ok(false);
+        }
         self.indexed
             .get_or_try_init(|| has_vector_index(dataset, &self.column, self.metric))
             .await
@@ -112,8 +161,12 @@ impl TableProvider for NearestTable {
         if let Some(filter) = filters.iter().cloned().reduce(Expr::and) {
             scanner.filter_expr(filter);
         }
+        let Query::Vector(query) = &self.query else {
+            // `indexed` is false for any other query.
+            return self.table.scan(state, projection, filters, limit).await;
+        };
         scanner
-            .nearest(&self.column, self.query.as_ref(), self.k)
+            .nearest(&self.column, query.as_ref(), self.k)
             .map_err(lance_error)?;
         scanner.distance_metric(self.metric);
         // At least this many partitions; more when the WHERE clause leaves fewer than k rows
@@ -136,6 +189,71 @@ impl TableProvider for NearestTable {
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         self.table.supports_filters_pushdown(filters)
     }
+}
+
+/// `vector` with its placeholders bound to `values`, evaluated; `None` if it fails.
+fn evaluate(vector: &Expr, values: &ParamValues) -> Result<Option<ScalarValue>> {
+    let bound = vector
+        .clone()
+        .transform(|e| match e {
+            Expr::Placeholder(p) => {
+                let (value, metadata) = values.get_placeholders_with_values(&p.id)?.into_inner();
+                Ok(Transformed::yes(Expr::Literal(value, metadata)))
+            }
+            other => Ok(Transformed::no(other)),
+        })?
+        .data;
+    let one_row = RecordBatch::try_new_with_options(
+        Arc::new(arrow::datatypes::Schema::empty()),
+        vec![],
+        &RecordBatchOptions::new().with_row_count(Some(1)),
+    )?;
+    let value = create_physical_expr(&bound, &DFSchema::empty(), &ExecutionProps::new())
+        .and_then(|e| e.evaluate(&one_row))
+        .and_then(|v| v.into_array(1))
+        .and_then(|a| ScalarValue::try_from_array(&a, 0));
+    Ok(value.ok())
+}
+
+/// The lake table `provider` reads: itself, or the table a search reads.
+pub(in crate::flight) fn lake_table(provider: &dyn TableProvider) -> Option<&LakeTable> {
+    let any: &dyn std::any::Any = provider;
+    match any.downcast_ref::<NearestTable>() {
+        Some(search) => {
+            let searched: &dyn std::any::Any = search.table.as_ref();
+            searched.downcast_ref::<LakeTable>()
+        }
+        None => any.downcast_ref::<LakeTable>(),
+    }
+}
+
+/// `plan` (optimized with its parameters as placeholders) with each search's parameter bound to
+/// `values`.
+pub(in crate::flight) fn bind_searches(
+    plan: LogicalPlan,
+    values: &ParamValues,
+) -> Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        let LogicalPlan::TableScan(scan) = &node else {
+            return Ok(Transformed::no(node));
+        };
+        let Ok(provider) = source_as_provider(&scan.source) else {
+            return Ok(Transformed::no(node));
+        };
+        let any: &dyn std::any::Any = provider.as_ref();
+        let Some(bound) = any
+            .downcast_ref::<NearestTable>()
+            .map(|search| search.bind(values))
+            .transpose()?
+            .flatten()
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let mut scan = scan.clone();
+        scan.source = provider_as_source(Arc::new(bound));
+        Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+    })
+    .map(|t| t.data)
 }
 
 /// Whether every table `plan` reads (its subqueries' too) is a k-row search an index serves:
@@ -218,4 +336,40 @@ async fn has_vector_index(dataset: &Dataset, column: &str, metric: DistanceType)
                 .map(DistanceType::from)
                 == Some(metric)
         }))
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Field, Float32Type};
+    use datafusion::functions_nested::string::string_to_array_udf;
+    use datafusion::logical_expr::{Cast, lit, placeholder};
+
+    use super::*;
+
+    /// `CAST(string_to_array($1, ',') AS FLOAT[])`, as a Go client writes a vector.
+    fn from_text() -> Expr {
+        Expr::Cast(Cast::new(
+            Box::new(string_to_array_udf().call(vec![placeholder("$1"), lit(",")])),
+            DataType::List(Arc::new(Field::new_list_field(DataType::Float32, true))),
+        ))
+    }
+
+    #[test]
+    fn a_parameter_vector_is_evaluated_with_each_value() {
+        let values = ParamValues::List(vec![ScalarValue::from("1.5,2,-3").into()]);
+        let Some(ScalarValue::List(list)) = evaluate(&from_text(), &values).unwrap() else {
+            panic!("no list");
+        };
+        let floats = list.value(0);
+        assert_eq!(floats.as_primitive::<Float32Type>().values(), &[1.5, 2.0, -3.0]);
+    }
+
+    #[test]
+    fn a_value_the_vector_cannot_take_leaves_the_search_exact() {
+        let values = ParamValues::List(vec![ScalarValue::from("1,two").into()]);
+        assert_eq!(evaluate(&from_text(), &values).unwrap(), None);
+        // A parameter that is not given is the caller's error.
+        assert!(evaluate(&from_text(), &ParamValues::List(vec![])).is_err());
+    }
 }

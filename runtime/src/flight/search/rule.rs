@@ -21,7 +21,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Projection, SortExpr, Subquery
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 use lance_linalg::distance::DistanceType;
 
-use super::nearest::NearestTable;
+use super::nearest::{NearestTable, Query};
 use super::scored::ScoredTable;
 use super::settings;
 use crate::flight::distributed::LakeTable;
@@ -159,8 +159,11 @@ fn search(scan: &TableScan, expr: &Expr, wanted: &Wanted<'_>) -> Option<TableSca
     let [a, b] = function.args.as_slice() else {
         return None;
     };
+    // The vector: a constant, or an expression of a prepared statement's parameters (`$1`,
+    // `CAST(string_to_array($1, ',') AS FLOAT[])`) evaluated at each execution.
     let (column, vector) = match (uncast(a), uncast(b)) {
-        (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => (c, v),
+        (Expr::Column(c), _) => (c, b),
+        (_, Expr::Column(c)) => (c, a),
         _ => return None,
     };
     let index = scan.projected_schema.maybe_index_of_column(column)?;
@@ -176,7 +179,17 @@ fn search(scan: &TableScan, expr: &Expr, wanted: &Wanted<'_>) -> Option<TableSca
     if wanted.key.nulls_first && field.is_nullable() {
         return None;
     }
-    let query = query_vector(vector, item.data_type(), *dimension)?;
+    let query = match uncast(vector) {
+        Expr::Literal(value, _) => {
+            Query::Vector(query_vector(value, item.data_type(), *dimension)?)
+        }
+        _ if of_parameters_only(vector) => Query::Parameter {
+            vector: unalias(vector).clone(),
+            element: item.data_type().clone(),
+            dimension: *dimension,
+        },
+        _ => return None,
+    };
     let provider = source_as_provider(&scan.source).ok()?;
     let any: &dyn std::any::Any = provider.as_ref();
     any.downcast_ref::<LakeTable>()?;
@@ -184,6 +197,30 @@ fn search(scan: &TableScan, expr: &Expr, wanted: &Wanted<'_>) -> Option<TableSca
     let mut scan = scan.clone();
     scan.source = provider_as_source(Arc::new(nearest));
     Some(scan)
+}
+
+/// Whether `expr` is a value once its placeholders are bound: it has one, and reads no column,
+/// no subquery and nothing that changes between evaluations.
+fn of_parameters_only(expr: &Expr) -> bool {
+    let mut placeholder = false;
+    let other = expr.exists(|e| {
+        Ok(match e {
+            Expr::Placeholder(_) => {
+                placeholder = true;
+                false
+            }
+            Expr::Column(_)
+            | Expr::OuterReferenceColumn(..)
+            | Expr::ScalarSubquery(_)
+            | Expr::Exists(_)
+            | Expr::InSubquery(_) => true,
+            Expr::ScalarFunction(f) => {
+                f.func.signature().volatility != datafusion::logical_expr::Volatility::Immutable
+            }
+            _ => false,
+        })
+    });
+    placeholder && matches!(other, Ok(false))
 }
 
 /// `expr` without its names.

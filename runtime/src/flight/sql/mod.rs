@@ -97,6 +97,12 @@ impl Write {
 #[derive(Debug)]
 pub(super) enum Planned {
     Read(LogicalPlan),
+    /// A read with bound `values`, its parameters placeholders typed as them: bound once it is
+    /// optimized (`prepared.rs`).
+    BoundRead {
+        plan: LogicalPlan,
+        values: Vec<ScalarValue>,
+    },
     Write(Write),
 }
 
@@ -454,11 +460,20 @@ pub(super) async fn plan(
                 rows: super::bind::bind_rows(rows, &[values])?,
             })),
             Planned::Write(_) => Err(unbindable()),
+            // Not made by `classify`.
+            bound @ Planned::BoundRead { .. } => Ok(bound),
             Planned::Read(read) => {
                 refuse_nested_writes(&read)?;
-                Ok(Planned::Read(
-                    read.with_param_values(values).map_err(status)?,
-                ))
+                if super::prepared::binds_late(&read) {
+                    Ok(Planned::BoundRead {
+                        plan: super::prepared::typed_placeholders(read, &values).map_err(status)?,
+                        values,
+                    })
+                } else {
+                    Ok(Planned::Read(
+                        read.with_param_values(values).map_err(status)?,
+                    ))
+                }
             }
         };
     }
@@ -539,7 +554,7 @@ pub(super) async fn plan_rows(
             rows: super::bind::bind_rows(input, &rows)?,
         })),
         Planned::Write(_) => Err(unbindable()),
-        Planned::Read(_) => Err(Status::invalid_argument(format!(
+        Planned::Read(_) | Planned::BoundRead { .. } => Err(Status::invalid_argument(format!(
             "a query binds one row of parameters, got {}",
             rows.len()
         ))),

@@ -163,7 +163,7 @@ const CASES: &[(&str, Expect)] = &[
 
 fn matches(planned: &Planned, expect: &Expect) -> bool {
     match (planned, expect) {
-        (Planned::Read(_), Expect::Read) => true,
+        (Planned::Read(_) | Planned::BoundRead { .. }, Expect::Read) => true,
         (
             Planned::Write(Write::CreateSchema {
                 namespace,

@@ -1,0 +1,385 @@
+//! Prepared reads, planned once: a prepared statement executed again and again with new values
+//! (a search with a new vector each time) is parsed, resolved and optimized once per session,
+//! SQL and parameter types, not once per execution.
+//!
+//! A prepared read's parameters stay placeholders through DataFusion's optimizer, typed as the
+//! values bound to them: the optimized plan holds for any values of those types, and each
+//! execution binds its own into a copy ([`bind`]) — a search's vector into its nearest-neighbour
+//! scan, every call to the statement's budget, and the checks that read values (a large value
+//! copied into every row, a sketch's size) made on the bound plan. The first execution takes
+//! the same path, so a plan kept or not behaves the same. A plan is kept only if nothing in it
+//! depends on when it was made (`now()`, `random()`) or on anything but lake tables, and used
+//! only while every table it reads is at the version it was planned at.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use arrow::datatypes::{DataType, Field};
+use datafusion::catalog::default_table_source::source_as_provider;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::error::Result;
+use datafusion::logical_expr::expr::Placeholder;
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{Cast, Expr, LogicalPlan, Volatility};
+use datafusion::prelude::SessionContext;
+use tonic::Status;
+
+use super::bounded::{self, Budget};
+use super::options::SessionOptions;
+use super::service::LakeFlightSql;
+use super::sql::{self, Planned, Write};
+use crate::engine::{Engine, TableRef};
+
+/// Prepared plans kept at most, per endpoint: each holds its tables' opened metadata.
+pub(super) const CAPACITY: usize = 64;
+
+/// A read as its DoGet receives it.
+#[derive(Debug)]
+pub(super) enum ReadPlan {
+    /// To be optimized in the DoGet's session.
+    Unoptimized(LogicalPlan),
+    /// A prepared read, optimized with its values bound after.
+    Optimized(LogicalPlan),
+}
+
+impl ReadPlan {
+    pub(super) fn plan(&self) -> &LogicalPlan {
+        match self {
+            ReadPlan::Unoptimized(plan) | ReadPlan::Optimized(plan) => plan,
+        }
+    }
+}
+
+/// What a statement handle's SQL comes to.
+#[derive(Debug)]
+pub(super) enum Statement {
+    Read(ReadPlan),
+    Write(Write),
+}
+
+/// The optimized plans of prepared reads, by SQL, session and parameter types.
+#[derive(Debug, Default)]
+pub(super) struct PreparedPlans {
+    entries: Mutex<HashMap<Key, Kept>>,
+    /// Executions that used a kept plan.
+    hits: AtomicU64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    sql: String,
+    /// The session options, as their cookie (settings change plans).
+    session: String,
+    types: Vec<DataType>,
+}
+
+impl Key {
+    fn new(sql: &str, options: &SessionOptions, values: &[ScalarValue]) -> Self {
+        Self {
+            sql: sql.to_owned(),
+            session: options.header(),
+            types: values.iter().map(ScalarValue::data_type).collect(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Kept {
+    /// Optimized, its parameters placeholders, its calls bound to no statement.
+    plan: LogicalPlan,
+    tables: Vec<TableVersion>,
+    used: Instant,
+}
+
+/// A table at the version a plan reads.
+#[derive(Debug, Clone, PartialEq)]
+struct TableVersion {
+    table: TableRef,
+    version: u64,
+    /// When the version was committed: a table dropped and made again has versions of the
+    /// same numbers.
+    committed: u128,
+}
+
+impl TableVersion {
+    fn of(table: &TableRef, dataset: &lance::dataset::Dataset) -> Self {
+        Self {
+            table: table.clone(),
+            version: dataset.version().version,
+            committed: dataset.manifest().timestamp_nanos,
+        }
+    }
+}
+
+impl PreparedPlans {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Kept>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The plan kept for `key`, if every table it reads is still at its version.
+    async fn get(&self, key: &Key, engine: &Engine) -> Option<LogicalPlan> {
+        let (plan, tables) = {
+            let mut entries = self.lock();
+            let kept = entries.get_mut(key)?;
+            kept.used = Instant::now();
+            (kept.plan.clone(), kept.tables.clone())
+        };
+        for read in &tables {
+            let now = engine.open(&read.table, None).await.ok();
+            if now
+                .map(|dataset| TableVersion::of(&read.table, &dataset))
+                .as_ref()
+                != Some(read)
+            {
+                self.lock().remove(key);
+                return None;
+            }
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(plan)
+    }
+
+    /// Keeps `optimized` (planned from `unoptimized`) for `key`, if it may be kept.
+    fn put(&self, key: Key, unoptimized: &LogicalPlan, optimized: &LogicalPlan) {
+        if !timeless(unoptimized) {
+            return;
+        }
+        let Some(tables) = lake_tables(optimized) else {
+            return;
+        };
+        let Ok(plan) = bounded::unbind(optimized.clone()) else {
+            return;
+        };
+        let mut entries = self.lock();
+        if entries.len() >= CAPACITY
+            && !entries.contains_key(&key)
+            && let Some(oldest) = entries
+                .iter()
+                .min_by_key(|(_, kept)| kept.used)
+                .map(|(key, _)| key.clone())
+        {
+            entries.remove(&oldest);
+        }
+        entries.insert(
+            key,
+            Kept {
+                plan,
+                tables,
+                used: Instant::now(),
+            },
+        );
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    #[cfg(test)]
+    fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether `plan` is the same whenever it is optimized: no call whose value depends on when
+/// or how often it is made (`now()`, folded to a constant by the optimizer; `random()`).
+fn timeless(plan: &LogicalPlan) -> bool {
+    let mut timeless = true;
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::ScalarFunction(f) = e
+                    && f.func.signature().volatility != Volatility::Immutable
+                {
+                    timeless = false;
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    timeless
+}
+
+/// The lake tables `plan` reads, at their versions; `None` if it reads anything else (a view
+/// of the catalog, a table function's rows), whose freshness no version tells.
+fn lake_tables(plan: &LogicalPlan) -> Option<Vec<TableVersion>> {
+    let mut tables = Vec::new();
+    let mut other = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            let read = source_as_provider(&scan.source).ok().and_then(|provider| {
+                super::search::lake_table(provider.as_ref())
+                    .map(|lake| TableVersion::of(lake.table(), &lake.dataset()))
+            });
+            match read {
+                Some(read) => tables.push(read),
+                None => {
+                    other = true;
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    (!other).then_some(tables)
+}
+
+/// `plan` with its placeholders typed as the `values` bound to them (whatever the SQL
+/// planner inferred): the optimizer then coerces them as it would those values written in.
+pub(super) fn typed_placeholders(plan: LogicalPlan, values: &[ScalarValue]) -> Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        node.map_expressions(|e| {
+            e.transform_up(|e| match e {
+                Expr::Placeholder(Placeholder { id, field }) => {
+                    let value = id
+                        .strip_prefix('$')
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .and_then(|n| n.checked_sub(1))
+                        .and_then(|i| values.get(i));
+                    let field = match value {
+                        Some(value) => Some(std::sync::Arc::new(Field::new(
+                            id.as_str(),
+                            value.data_type(),
+                            true,
+                        ))),
+                        // No value for it: refused when the values are bound.
+                        None => field,
+                    };
+                    Ok(Transformed::yes(Expr::Placeholder(Placeholder {
+                        id,
+                        field,
+                    })))
+                }
+                other => Ok(Transformed::no(other)),
+            })
+        })
+    })
+    .map(|t| t.data)
+}
+
+/// Whether `plan` can be optimized before its values are bound: not with a placeholder in a
+/// `LIMIT` or `OFFSET`, which the optimizer needs as numbers (a search's k).
+pub(super) fn binds_late(plan: &LogicalPlan) -> bool {
+    let mut late = true;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Limit(limit) = node
+            && [&limit.skip, &limit.fetch].into_iter().flatten().any(|e| {
+                e.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
+                    .unwrap_or(true)
+            })
+        {
+            late = false;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    late
+}
+
+/// `optimized` (its parameters placeholders) with `values` bound, made the statement's whose
+/// budget is `budget`.
+fn bind(optimized: LogicalPlan, values: Vec<ScalarValue>, budget: &Budget) -> Result<LogicalPlan> {
+    let values = ParamValues::from(values);
+    let plan = super::search::bind_searches(optimized, &values)?;
+    let plan = plan.replace_params_with_values(&values)?;
+    bounded::bind_statement(fold_casts(plan)?, budget)
+}
+
+/// `plan` with each cast of a constant (a bound value coerced to its column's type) folded, as
+/// the optimizer folds a constant written in: a table's scan is given `id = 5`, which an index
+/// serves, not `id = CAST(5 AS BIGINT)`. A cast that fails is left, to fail as it runs.
+fn fold_casts(plan: LogicalPlan) -> Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        let names = NamePreserver::new(&node);
+        node.map_expressions(|e| {
+            let saved = names.save(&e);
+            let folded = e.transform_up(|e| match e {
+                Expr::Cast(Cast { expr, field }) => match expr.as_ref() {
+                    Expr::Literal(value, metadata) => match value.cast_to(field.data_type()) {
+                        Ok(value) => Ok(Transformed::yes(Expr::Literal(value, metadata.clone()))),
+                        Err(_) => Ok(Transformed::no(Expr::Cast(Cast { expr, field }))),
+                    },
+                    _ => Ok(Transformed::no(Expr::Cast(Cast { expr, field }))),
+                },
+                other => Ok(Transformed::no(other)),
+            })?;
+            Ok(folded.update_data(|e| saved.restore(e)))
+        })
+    })
+    .map(|t| t.data)
+}
+
+impl LakeFlightSql {
+    /// Plans a statement handle's `sql` in `ctx` (a statement's session of this endpoint, with
+    /// `options`) with its bound `params`.
+    pub(super) async fn plan_statement(
+        &self,
+        ctx: &SessionContext,
+        sql: &str,
+        params: Option<Vec<ScalarValue>>,
+        options: &SessionOptions,
+    ) -> Result<Statement, Status> {
+        self.prepared
+            .plan(self.engine(), ctx, sql, params, options)
+            .await
+    }
+}
+
+impl PreparedPlans {
+    /// Plans `sql` in `ctx` (a statement's session over `engine`, with `options`) with its
+    /// bound `params`: a prepared read from its kept plan when the tables it reads have not
+    /// moved, else planned, optimized and kept.
+    pub(super) async fn plan(
+        &self,
+        engine: &Engine,
+        ctx: &SessionContext,
+        sql: &str,
+        params: Option<Vec<ScalarValue>>,
+        options: &SessionOptions,
+    ) -> Result<Statement, Status> {
+        let Some(values) = params else {
+            return Ok(match sql::plan(ctx, sql, None).await? {
+                Planned::Read(plan) => Statement::Read(ReadPlan::Unoptimized(plan)),
+                Planned::BoundRead { plan, values } => Statement::Read(ReadPlan::Unoptimized(
+                    plan.with_param_values(values).map_err(sql::status)?,
+                )),
+                Planned::Write(write) => Statement::Write(write),
+            });
+        };
+        let budget = bounded::budget_in(ctx.state_ref().read().config_options())
+            .cloned()
+            .ok_or_else(|| Status::internal("a statement's session has no budget"))?;
+        let key = Key::new(sql, options, &values);
+        if let Some(kept) = self.get(&key, engine).await {
+            let plan = bind(kept, values, &budget).map_err(sql::status)?;
+            return Ok(Statement::Read(ReadPlan::Optimized(plan)));
+        }
+        let (plan, values) = match sql::plan(ctx, sql, Some(values)).await? {
+            Planned::BoundRead { plan, values } => (plan, values),
+            Planned::Read(plan) => return Ok(Statement::Read(ReadPlan::Unoptimized(plan))),
+            Planned::Write(write) => return Ok(Statement::Write(write)),
+        };
+        // Read in place: `ctx.state()` would copy the session's function registries.
+        let optimized = ctx.state_ref().read().optimize(&plan);
+        match optimized {
+            Ok(optimized) => {
+                self.put(key, &plan, &optimized);
+                let plan = bind(optimized, values, &budget).map_err(sql::status)?;
+                Ok(Statement::Read(ReadPlan::Optimized(plan)))
+            }
+            // Not a plan DataFusion optimizes with placeholders in it: the values are bound
+            // first, as in a statement written with them (an error of the statement's own
+            // comes again there).
+            Err(_) => Ok(Statement::Read(ReadPlan::Unoptimized(
+                plan.with_param_values(values).map_err(sql::status)?,
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,283 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{AsArray, Int64Array, RecordBatch};
+use arrow::datatypes::{Int64Type, Schema};
+use datafusion::execution::DiskManager;
+use datafusion::execution::disk_manager::DiskManagerBuilder;
+use datafusion::execution::memory_pool::GreedyMemoryPool;
+
+use super::*;
+use crate::catalog::{NamespaceName, TableName};
+use crate::engine::{Warehouse, WriteEngine};
+use crate::flight::sql::Sessions;
+use crate::manifest::ManifestStore;
+use crate::store::EmbeddedStore;
+
+/// A warehouse with table `s.t`, an endpoint's sessions and its prepared plans.
+struct Endpoint {
+    _dir: tempfile::TempDir,
+    engine: WriteEngine,
+    sessions: Sessions,
+    disk: Arc<DiskManager>,
+    prepared: PreparedPlans,
+}
+
+fn table() -> TableRef {
+    TableRef::new(
+        NamespaceName::parse("s").unwrap(),
+        TableName::parse("t").unwrap(),
+    )
+}
+
+/// Rows `ids` of (id, v = id * 10).
+fn rows(ids: std::ops::Range<i64>) -> RecordBatch {
+    RecordBatch::try_from_iter([
+        (
+            "id",
+            Arc::new(Int64Array::from_iter_values(ids.clone())) as _,
+        ),
+        (
+            "v",
+            Arc::new(Int64Array::from_iter_values(ids.map(|i| i * 10))) as _,
+        ),
+    ])
+    .unwrap()
+}
+
+fn schema() -> Arc<Schema> {
+    rows(0..1).schema()
+}
+
+impl Endpoint {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = Arc::new(EmbeddedStore::open(&dir.path().join("manifests.redb"), true).unwrap());
+        let engine = WriteEngine::new(
+            Warehouse::Local(dir.path().join("warehouse")),
+            ManifestStore::new(kv),
+        );
+        engine
+            .create(&table(), schema(), vec![rows(0..100)])
+            .await
+            .unwrap();
+        let disk = Arc::new(DiskManagerBuilder::default().build().unwrap());
+        Self {
+            _dir: dir,
+            engine,
+            sessions: Sessions::new(disk.clone()).unwrap(),
+            disk,
+            prepared: PreparedPlans::default(),
+        }
+    }
+
+    fn session(&self, bytes: usize) -> SessionContext {
+        self.sessions
+            .statement(
+                self.engine.reader(),
+                Arc::new(GreedyMemoryPool::new(bytes)),
+                self.disk.clone(),
+                Instant::now() + Duration::from_secs(60),
+                Duration::from_secs(60),
+                &SessionOptions::default(),
+            )
+            .unwrap()
+    }
+
+    /// `sql` with `values` bound, run as a prepared read runs, in a statement of `bytes`.
+    async fn run_in(
+        &self,
+        bytes: usize,
+        sql: &str,
+        values: Vec<ScalarValue>,
+    ) -> Result<Vec<RecordBatch>, Status> {
+        let ctx = self.session(bytes);
+        let planned = self
+            .prepared
+            .plan(
+                self.engine.reader(),
+                &ctx,
+                sql,
+                Some(values),
+                &SessionOptions::default(),
+            )
+            .await?;
+        let Statement::Read(ReadPlan::Optimized(plan)) = planned else {
+            panic!("{sql}: not a prepared read optimized before it was bound: {planned:?}");
+        };
+        assert!(
+            plan.get_parameter_fields().unwrap().is_empty(),
+            "{sql}: a parameter was left unbound: {plan}"
+        );
+        let state = ctx.state();
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&plan, &state)
+            .await
+            .map_err(sql::status)?;
+        let task = sql::task_context(&state).map_err(sql::status)?;
+        datafusion::physical_plan::collect(physical, task)
+            .await
+            .map_err(sql::status)
+    }
+
+    async fn run(&self, sql: &str, values: Vec<ScalarValue>) -> Vec<RecordBatch> {
+        self.run_in(1 << 30, sql, values)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn ints(&self, sql: &str, values: Vec<ScalarValue>) -> Vec<i64> {
+        let batches = self.run(sql, values).await;
+        let mut out: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                let column = b.column(0).as_primitive::<Int64Type>();
+                (0..column.len())
+                    .map(|i| column.value(i))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+}
+
+fn int(v: i64) -> ScalarValue {
+    ScalarValue::Int64(Some(v))
+}
+
+/// A prepared read is planned once: each execution after the first binds its own values into
+/// the kept plan and gets their answer.
+#[tokio::test]
+async fn a_prepared_read_is_planned_once_and_answers_each_binding() {
+    let endpoint = Endpoint::new().await;
+    let sql = "SELECT v FROM s.t WHERE id = $1 OR id = $2 + 1";
+    for (a, b) in [(5, 7), (9, 40), (99, 0)] {
+        assert_eq!(
+            endpoint.ints(sql, vec![int(a), int(b)]).await,
+            {
+                let mut want = vec![a * 10, (b + 1) * 10];
+                want.sort_unstable();
+                want
+            },
+            "${a}, ${b}"
+        );
+    }
+    assert_eq!(endpoint.prepared.len(), 1);
+    assert_eq!(
+        endpoint.prepared.hits(),
+        2,
+        "the kept plan answered the later executions"
+    );
+    // Other types bound: a plan of its own, coerced as those values written in would be.
+    assert_eq!(
+        endpoint
+            .ints(
+                "SELECT v FROM s.t WHERE id = $1 OR id = $2 + 1",
+                vec![ScalarValue::Int32(Some(3)), ScalarValue::Float64(Some(4.0))]
+            )
+            .await,
+        vec![30, 50]
+    );
+    assert_eq!(endpoint.prepared.len(), 2);
+}
+
+/// A kept plan is used only while its table is at the version it was planned at: rows
+/// appended since, or a table dropped and made again (its versions numbered alike), are read.
+#[tokio::test]
+async fn a_kept_plan_is_not_used_once_its_table_moves() {
+    let endpoint = Endpoint::new().await;
+    let sql = "SELECT count(*) FROM s.t WHERE id >= $1";
+    assert_eq!(endpoint.ints(sql, vec![int(90)]).await, vec![10]);
+    endpoint
+        .engine
+        .append(&table(), schema(), vec![rows(100..105)])
+        .await
+        .unwrap();
+    assert_eq!(endpoint.ints(sql, vec![int(90)]).await, vec![15]);
+    assert_eq!(endpoint.prepared.hits(), 0);
+    assert_eq!(endpoint.ints(sql, vec![int(100)]).await, vec![5]);
+    assert_eq!(endpoint.prepared.hits(), 1);
+
+    endpoint.engine.drop_table(&table()).await.unwrap();
+    endpoint
+        .engine
+        .create(&table(), schema(), vec![rows(0..3)])
+        .await
+        .unwrap();
+    endpoint
+        .engine
+        .append(&table(), schema(), vec![rows(1000..1001)])
+        .await
+        .unwrap();
+    // Version 2 again, other rows.
+    assert_eq!(endpoint.ints(sql, vec![int(0)]).await, vec![4]);
+    assert_eq!(endpoint.prepared.hits(), 1);
+}
+
+/// A plan that reads the clock is made for each execution: the optimizer folds `now()` into
+/// the plan.
+#[tokio::test]
+async fn a_plan_that_reads_the_clock_is_not_kept() {
+    let endpoint = Endpoint::new().await;
+    let sql = "SELECT CAST(now() AS BIGINT) + $1 FROM s.t WHERE id = 0";
+    let first = endpoint.ints(sql, vec![int(0)]).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let second = endpoint.ints(sql, vec![int(0)]).await;
+    assert!(second[0] > first[0], "{first:?} then {second:?}");
+    assert_eq!(endpoint.prepared.len(), 0);
+}
+
+/// A kept plan runs under the budget of the statement that uses it, not the one that made it:
+/// the call the first statement could afford is refused in a smaller one, and the bound value
+/// is checked as if it had been written in.
+#[tokio::test]
+async fn a_kept_plan_counts_against_each_statements_budget() {
+    let endpoint = Endpoint::new().await;
+    let sql = "SELECT CAST(length(repeat('x', $1)) AS BIGINT) FROM s.t WHERE id = 0";
+    assert_eq!(
+        endpoint.ints(sql, vec![int(4_000_000)]).await,
+        vec![4_000_000]
+    );
+    let refused = endpoint
+        .run_in(64 * 1024, sql, vec![int(4_000_000)])
+        .await
+        .expect_err("4 MB of text in a 64 KiB statement");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused}");
+    assert_eq!(endpoint.prepared.hits(), 1);
+    // A large bound value copied into every row counts as a large literal does.
+    let large = ScalarValue::Utf8(Some("x".repeat(200 * 1024)));
+    let copied = endpoint
+        .run_in(1024 * 1024, "SELECT $1 FROM s.t", vec![large])
+        .await
+        .expect_err("a 200 KiB value in each of 100 rows, in 1 MiB");
+    assert_eq!(copied.code(), tonic::Code::ResourceExhausted, "{copied}");
+}
+
+/// A cast of a bound value is folded as a constant written in would be: the scan is given the
+/// value, not a cast.
+#[tokio::test]
+async fn a_bound_value_reaches_the_scan_as_a_constant() {
+    let endpoint = Endpoint::new().await;
+    let ctx = endpoint.session(1 << 30);
+    let planned = endpoint
+        .prepared
+        .plan(
+            endpoint.engine.reader(),
+            &ctx,
+            "SELECT v FROM s.t WHERE id = $1",
+            Some(vec![ScalarValue::Int32(Some(7))]),
+            &SessionOptions::default(),
+        )
+        .await
+        .unwrap();
+    let Statement::Read(read) = planned else {
+        panic!("not a read");
+    };
+    let shown = read.plan().display_indent().to_string();
+    assert!(
+        shown.contains("s.t.id = Int64(7)"),
+        "the scan's filter is not a constant: {shown}"
+    );
+}

@@ -35,6 +35,16 @@ use crate::engine::{Engine, TableRef};
 
 /// Prepared plans kept at most, per endpoint: each holds its tables' opened metadata.
 pub(super) const CAPACITY: usize = 64;
+/// The most memory the kept plans of an endpoint may hold, as [`weight`] estimates it: any
+/// client may prepare statements (a megabyte of SQL plans into far more), and a query pod has
+/// a memory limit.
+pub(super) const MAX_WEIGHT: usize = 16 * 1024 * 1024;
+/// The most one kept plan may weigh: a larger one is planned again for each execution.
+pub(super) const MAX_PLAN_WEIGHT: usize = 1024 * 1024;
+/// What a plan's node or expression is taken to hold, beyond its constants.
+const NODE_BYTES: usize = 256;
+/// What a table's opened metadata is taken to hold, per fragment.
+const FRAGMENT_BYTES: usize = 256;
 
 /// A read as its DoGet receives it.
 #[derive(Debug)]
@@ -92,6 +102,8 @@ struct Kept {
     plan: LogicalPlan,
     tables: Vec<TableVersion>,
     used: Instant,
+    /// Its [`weight`].
+    weight: usize,
 }
 
 /// A table at the version a plan reads.
@@ -102,6 +114,8 @@ struct TableVersion {
     /// When the version was committed: a table dropped and made again has versions of the
     /// same numbers.
     committed: u128,
+    /// Its data files, for the [`weight`] of the metadata a kept plan holds open.
+    fragments: usize,
 }
 
 impl TableVersion {
@@ -110,6 +124,7 @@ impl TableVersion {
             table: table.clone(),
             version: dataset.version().version,
             committed: dataset.manifest().timestamp_nanos,
+            fragments: dataset.manifest().fragments.len(),
         }
     }
 }
@@ -150,17 +165,26 @@ impl PreparedPlans {
         let Some(tables) = lake_tables(optimized) else {
             return;
         };
+        let weight = weight(&key, optimized, &tables);
+        if weight > MAX_PLAN_WEIGHT {
+            return;
+        }
         let Ok(plan) = bounded::unbind(optimized.clone()) else {
             return;
         };
         let mut entries = self.lock();
-        if entries.len() >= CAPACITY
-            && !entries.contains_key(&key)
-            && let Some(oldest) = entries
+        entries.remove(&key);
+        // The least recently used go first, until the plan fits.
+        while entries.len() >= CAPACITY
+            || entries.values().map(|kept| kept.weight).sum::<usize>() + weight > MAX_WEIGHT
+        {
+            let Some(oldest) = entries
                 .iter()
                 .min_by_key(|(_, kept)| kept.used)
                 .map(|(key, _)| key.clone())
-        {
+            else {
+                break;
+            };
             entries.remove(&oldest);
         }
         entries.insert(
@@ -169,8 +193,14 @@ impl PreparedPlans {
                 plan,
                 tables,
                 used: Instant::now(),
+                weight,
             },
         );
+    }
+
+    #[cfg(test)]
+    fn weight(&self) -> usize {
+        self.lock().values().map(|kept| kept.weight).sum()
     }
 
     #[cfg(test)]
@@ -182,6 +212,28 @@ impl PreparedPlans {
     fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
     }
+}
+
+/// What keeping `plan` (for `key`, reading `tables`) holds in memory, estimated: its SQL, its
+/// nodes and expressions, its constants (the optimizer folds `repeat('x', 1000000)` into a
+/// megabyte), and its tables' metadata.
+fn weight(key: &Key, plan: &LogicalPlan, tables: &[TableVersion]) -> usize {
+    let mut weight = key.sql.len() + key.session.len();
+    let _ = plan.apply_with_subqueries(|node| {
+        weight = weight.saturating_add(NODE_BYTES);
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                weight = weight.saturating_add(NODE_BYTES);
+                if let Expr::Literal(value, _) = e {
+                    weight = weight.saturating_add(value.size());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    tables.iter().fold(weight, |weight, table| {
+        weight.saturating_add(table.fragments.saturating_mul(FRAGMENT_BYTES))
+    })
 }
 
 /// Whether `plan` is the same whenever it is optimized: no call whose value depends on when

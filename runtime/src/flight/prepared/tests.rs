@@ -281,3 +281,54 @@ async fn a_bound_value_reaches_the_scan_as_a_constant() {
         "the scan's filter is not a constant: {shown}"
     );
 }
+
+/// `SELECT v FROM s.t WHERE v > $1 AND id IN (<first>, <first + 1>, …)`, `n` values long.
+fn in_list(first: i64, n: i64) -> String {
+    let list: Vec<String> = (first..first + n).map(|i| i.to_string()).collect();
+    format!(
+        "SELECT v FROM s.t WHERE v > $1 AND id IN ({})",
+        list.join(",")
+    )
+}
+
+/// Kept plans hold at most [`MAX_WEIGHT`] together and a plan heavier than
+/// [`MAX_PLAN_WEIGHT`] is not kept: any client may prepare many large statements, and the
+/// query process has a memory limit. The least recently used go first.
+#[tokio::test]
+async fn kept_plans_are_bounded_in_memory() {
+    let endpoint = Endpoint::new().await;
+    let heavy = in_list(0, 20_000);
+    assert_eq!(endpoint.ints(&heavy, vec![int(980)]).await, vec![990]);
+    assert_eq!(
+        endpoint.prepared.len(),
+        0,
+        "a plan of 20,000 constants was kept"
+    );
+
+    let light = "SELECT v FROM s.t WHERE id = $1";
+    assert_eq!(endpoint.ints(light, vec![int(4)]).await, vec![40]);
+    let statements: Vec<String> = (0..40).map(|first| in_list(first, 2_000)).collect();
+    for sql in &statements {
+        assert_eq!(endpoint.ints(sql, vec![int(985)]).await, vec![990]);
+        let weight = endpoint.prepared.weight();
+        assert!(weight <= MAX_WEIGHT, "{weight} bytes kept");
+    }
+    assert!(
+        endpoint.prepared.len() < statements.len(),
+        "{} plans of 2,000 constants kept",
+        endpoint.prepared.len()
+    );
+    let hits = endpoint.prepared.hits();
+    endpoint.ints(&statements[39], vec![int(0)]).await;
+    assert_eq!(
+        endpoint.prepared.hits(),
+        hits + 1,
+        "the newest plan was evicted"
+    );
+    endpoint.ints(light, vec![int(5)]).await;
+    assert_eq!(
+        endpoint.prepared.hits(),
+        hits + 1,
+        "the oldest plan was kept"
+    );
+}

@@ -362,7 +362,10 @@ mod tests {
             panic!("no list");
         };
         let floats = list.value(0);
-        assert_eq!(floats.as_primitive::<Float32Type>().values(), &[1.5, 2.0, -3.0]);
+        assert_eq!(
+            floats.as_primitive::<Float32Type>().values(),
+            &[1.5, 2.0, -3.0]
+        );
     }
 
     #[test]

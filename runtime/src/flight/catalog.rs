@@ -125,7 +125,12 @@ impl SchemaProvider for NamespaceSchema {
         };
         let table = TableRef::new(self.namespace.clone(), table);
         match self.engine.open(&table, version).await {
-            Ok(dataset) => Ok(Some(Arc::new(LakeTable::new(&self.engine, table, dataset)))),
+            Ok(dataset) => Ok(Some(Arc::new(LakeTable::new(
+                &self.engine,
+                table,
+                version,
+                dataset,
+            )))),
             // A version the table does not have: said so, not "no such table"; one that
             // maintenance removed, naming the retention.
             Err(EngineError::NotFound(_))

@@ -1,29 +1,34 @@
 //! Prepared reads, planned once: a prepared statement executed again and again with new values
-//! (a search with a new vector each time) is parsed, resolved and optimized once per session,
-//! SQL and parameter types, not once per execution.
+//! (a search with a new vector each time) is parsed, resolved and optimized once per endpoint,
+//! SQL, session settings and parameter types, not once per execution.
 //!
 //! A prepared read's parameters stay placeholders through DataFusion's optimizer, typed as the
 //! values bound to them: the optimized plan holds for any values of those types, and each
 //! execution binds its own into a copy ([`bind`]) — a search's vector into its nearest-neighbour
-//! scan, every call to the statement's budget, and the checks that read values (a large value
-//! copied into every row, a sketch's size) made on the bound plan. The first execution takes
+//! scan, its expressions simplified again with the values in them (a cast of the value folded,
+//! a column's cast unwrapped, so a scan is given `id = 5`), every call to the statement's
+//! budget, and the checks that read values (a large value copied into every row, a sketch's
+//! size) made on the bound plan. The first execution takes
 //! the same path, so a plan kept or not behaves the same. A plan is kept only if nothing in it
 //! depends on when it was made (`now()`, `random()`) or on anything but lake tables, and used
 //! only while every table it reads is at the version it was planned at.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+#[cfg(test)]
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arrow::datatypes::{DataType, Field};
 use datafusion::catalog::default_table_source::source_as_provider;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::error::Result;
 use datafusion::logical_expr::expr::Placeholder;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{Cast, Expr, LogicalPlan, Volatility};
+use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::optimizer::simplify_expressions::SimplifyExpressions;
+use datafusion::optimizer::{OptimizerContext, OptimizerRule};
 use datafusion::prelude::SessionContext;
 use tonic::Status;
 
@@ -43,6 +48,8 @@ pub(super) const MAX_WEIGHT: usize = 16 * 1024 * 1024;
 pub(super) const MAX_PLAN_WEIGHT: usize = 1024 * 1024;
 /// What a plan's node or expression is taken to hold, beyond its constants.
 const NODE_BYTES: usize = 256;
+/// What a field of a node's schema is taken to hold.
+const FIELD_BYTES: usize = 128;
 /// What a table's opened metadata is taken to hold, per fragment.
 const FRAGMENT_BYTES: usize = 256;
 
@@ -75,6 +82,7 @@ pub(super) enum Statement {
 pub(super) struct PreparedPlans {
     entries: Mutex<HashMap<Key, Kept>>,
     /// Executions that used a kept plan.
+    #[cfg(test)]
     hits: AtomicU64,
 }
 
@@ -110,6 +118,8 @@ struct Kept {
 #[derive(Debug, Clone, PartialEq)]
 struct TableVersion {
     table: TableRef,
+    /// The version the statement named (`t@v5`), which it reads whatever the latest is.
+    pinned: Option<u64>,
     version: u64,
     /// When the version was committed: a table dropped and made again has versions of the
     /// same numbers.
@@ -119,9 +129,10 @@ struct TableVersion {
 }
 
 impl TableVersion {
-    fn of(table: &TableRef, dataset: &lance::dataset::Dataset) -> Self {
+    fn of(table: &TableRef, pinned: Option<u64>, dataset: &lance::dataset::Dataset) -> Self {
         Self {
             table: table.clone(),
+            pinned,
             version: dataset.version().version,
             committed: dataset.manifest().timestamp_nanos,
             fragments: dataset.manifest().fragments.len(),
@@ -143,9 +154,9 @@ impl PreparedPlans {
             (kept.plan.clone(), kept.tables.clone())
         };
         for read in &tables {
-            let now = engine.open(&read.table, None).await.ok();
+            let now = engine.open(&read.table, read.pinned).await.ok();
             if now
-                .map(|dataset| TableVersion::of(&read.table, &dataset))
+                .map(|dataset| TableVersion::of(&read.table, read.pinned, &dataset))
                 .as_ref()
                 != Some(read)
             {
@@ -153,13 +164,17 @@ impl PreparedPlans {
                 return None;
             }
         }
+        #[cfg(test)]
         self.hits.fetch_add(1, Ordering::Relaxed);
         Some(plan)
     }
 
     /// Keeps `optimized` (planned from `unoptimized`) for `key`, if it may be kept.
     fn put(&self, key: Key, unoptimized: &LogicalPlan, optimized: &LogicalPlan) {
-        if !timeless(unoptimized) {
+        // An EXPLAIN holds the plan's text after every rule; it is not run often enough to keep.
+        if !timeless(unoptimized)
+            || matches!(optimized, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_))
+        {
             return;
         }
         let Some(tables) = lake_tables(optimized) else {
@@ -199,6 +214,11 @@ impl PreparedPlans {
     }
 
     #[cfg(test)]
+    fn kept(&self) -> Vec<LogicalPlan> {
+        self.lock().values().map(|kept| kept.plan.clone()).collect()
+    }
+
+    #[cfg(test)]
     fn weight(&self) -> usize {
         self.lock().values().map(|kept| kept.weight).sum()
     }
@@ -215,12 +235,15 @@ impl PreparedPlans {
 }
 
 /// What keeping `plan` (for `key`, reading `tables`) holds in memory, estimated: its SQL, its
-/// nodes and expressions, its constants (the optimizer folds `repeat('x', 1000000)` into a
-/// megabyte), and its tables' metadata.
+/// nodes, their schemas and expressions, its constants (the optimizer folds
+/// `repeat('x', 1000000)` into a megabyte), and its tables' metadata.
 fn weight(key: &Key, plan: &LogicalPlan, tables: &[TableVersion]) -> usize {
     let mut weight = key.sql.len() + key.session.len();
     let _ = plan.apply_with_subqueries(|node| {
-        weight = weight.saturating_add(NODE_BYTES);
+        let fields = node.schema().fields().len();
+        weight = weight
+            .saturating_add(NODE_BYTES)
+            .saturating_add(fields.saturating_mul(FIELD_BYTES));
         node.apply_expressions(|e| {
             e.apply(|e| {
                 weight = weight.saturating_add(NODE_BYTES);
@@ -265,9 +288,11 @@ fn lake_tables(plan: &LogicalPlan) -> Option<Vec<TableVersion>> {
         if let LogicalPlan::TableScan(scan) = node {
             let read = source_as_provider(&scan.source).ok().and_then(|provider| {
                 super::search::lake_table(provider.as_ref())
-                    .map(|lake| TableVersion::of(lake.table(), &lake.dataset()))
+                    .map(|lake| TableVersion::of(lake.table(), lake.pinned(), &lake.dataset()))
             });
             match read {
+                // A table read twice (a self-join) is checked once.
+                Some(read) if tables.contains(&read) => {}
                 Some(read) => tables.push(read),
                 None => {
                     other = true;
@@ -333,36 +358,28 @@ pub(super) fn binds_late(plan: &LogicalPlan) -> bool {
 }
 
 /// `optimized` (its parameters placeholders) with `values` bound, made the statement's whose
-/// budget is `budget`.
-fn bind(optimized: LogicalPlan, values: Vec<ScalarValue>, budget: &Budget) -> Result<LogicalPlan> {
+/// settings are `options` and budget is `budget`.
+fn bind(
+    optimized: LogicalPlan,
+    values: Vec<ScalarValue>,
+    options: Arc<ConfigOptions>,
+    budget: &Budget,
+) -> Result<LogicalPlan> {
     let values = ParamValues::from(values);
-    let plan = super::search::bind_searches(optimized, &values)?;
+    let plan = super::search::bind_searches(optimized, &values, budget)?;
     let plan = plan.replace_params_with_values(&values)?;
-    bounded::bind_statement(fold_casts(plan)?, budget)
+    bounded::bind_statement(simplify(plan, options)?, budget)
 }
 
-/// `plan` with each cast of a constant (a bound value coerced to its column's type) folded, as
-/// the optimizer folds a constant written in: a table's scan is given `id = 5`, which an index
-/// serves, not `id = CAST(5 AS BIGINT)`. A cast that fails is left, to fail as it runs.
-fn fold_casts(plan: LogicalPlan) -> Result<LogicalPlan> {
-    plan.transform_up_with_subqueries(|node| {
-        let names = NamePreserver::new(&node);
-        node.map_expressions(|e| {
-            let saved = names.save(&e);
-            let folded = e.transform_up(|e| match e {
-                Expr::Cast(Cast { expr, field }) => match expr.as_ref() {
-                    Expr::Literal(value, metadata) => match value.cast_to(field.data_type()) {
-                        Ok(value) => Ok(Transformed::yes(Expr::Literal(value, metadata.clone()))),
-                        Err(_) => Ok(Transformed::no(Expr::Cast(Cast { expr, field }))),
-                    },
-                    _ => Ok(Transformed::no(Expr::Cast(Cast { expr, field }))),
-                },
-                other => Ok(Transformed::no(other)),
-            })?;
-            Ok(folded.update_data(|e| saved.restore(e)))
-        })
-    })
-    .map(|t| t.data)
+/// `plan` with its expressions simplified by DataFusion's simplifier, as the optimizer
+/// simplifies constants written in: a table's scan is given `id = 5`, which an index serves,
+/// not `id = CAST(5 AS BIGINT)` nor `CAST(id AS BIGINT) = 5`. The simplifier evaluates calls
+/// of constants: `options` carry the statement's budget, which they count against.
+fn simplify(plan: LogicalPlan, options: Arc<ConfigOptions>) -> Result<LogicalPlan> {
+    let rule = SimplifyExpressions::new();
+    let config = OptimizerContext::new_with_config_options(options);
+    plan.transform_up_with_subqueries(|node| rule.rewrite(node, &config))
+        .map(|t| t.data)
 }
 
 impl LakeFlightSql {
@@ -405,9 +422,10 @@ impl PreparedPlans {
         let budget = bounded::budget_in(ctx.state_ref().read().config_options())
             .cloned()
             .ok_or_else(|| Status::internal("a statement's session has no budget"))?;
+        let settings = Arc::clone(ctx.state_ref().read().config_options());
         let key = Key::new(sql, options, &values);
         if let Some(kept) = self.get(&key, engine).await {
-            let plan = bind(kept, values, &budget).map_err(sql::status)?;
+            let plan = bind(kept, values, settings, &budget).map_err(sql::status)?;
             return Ok(Statement::Read(ReadPlan::Optimized(plan)));
         }
         let (plan, values) = match sql::plan(ctx, sql, Some(values)).await? {
@@ -420,7 +438,7 @@ impl PreparedPlans {
         match optimized {
             Ok(optimized) => {
                 self.put(key, &plan, &optimized);
-                let plan = bind(optimized, values, &budget).map_err(sql::status)?;
+                let plan = bind(optimized, values, settings, &budget).map_err(sql::status)?;
                 Ok(Statement::Read(ReadPlan::Optimized(plan)))
             }
             // Not a plan DataFusion optimizes with placeholders in it: the values are bound

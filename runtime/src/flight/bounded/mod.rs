@@ -674,35 +674,48 @@ fn count_plan(
 /// prepared statement keeps for its next execution, holding no budget of a statement that
 /// ended.
 pub(super) fn unbind(plan: LogicalPlan) -> Result<LogicalPlan> {
-    plan.transform_up_with_subqueries(|node| {
-        node.map_expressions(|e| {
-            e.transform_up(|e| match e {
-                Expr::ScalarFunction(f) => {
-                    let unbound = f.func.inner().downcast_ref::<Counted>().and_then(|c| {
-                        c.budget.is_some().then(|| Counted {
-                            inner: c.inner.clone(),
-                            growth: c.growth,
-                            budget: None,
-                        })
-                    });
-                    Ok(match unbound {
-                        Some(unbound) => {
-                            Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
-                                Arc::new(ScalarUDF::new_from_impl(unbound)),
-                                f.args,
-                            )))
-                        }
-                        None => Transformed::no(Expr::ScalarFunction(f)),
-                    })
-                }
-                e @ (Expr::AggregateFunction(_) | Expr::WindowFunction(_)) => {
-                    Ok(sketches::unbind(e))
-                }
-                other => Ok(Transformed::no(other)),
+    plan.transform_up_with_subqueries(|node| node.map_expressions(unbind_calls))
+        .map(|t| t.data)
+}
+
+/// `expr` with every call bound to no statement (see [`unbind`]).
+pub(super) fn unbind_calls(expr: Expr) -> Result<Transformed<Expr>> {
+    expr.transform_up(|e| match e {
+        Expr::ScalarFunction(f) => {
+            let unbound = f.func.inner().downcast_ref::<Counted>().and_then(|c| {
+                c.budget.is_some().then(|| Counted {
+                    inner: c.inner.clone(),
+                    growth: c.growth,
+                    budget: None,
+                })
+            });
+            Ok(match unbound {
+                Some(unbound) => Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+                    Arc::new(ScalarUDF::new_from_impl(unbound)),
+                    f.args,
+                ))),
+                None => Transformed::no(Expr::ScalarFunction(f)),
             })
-        })
+        }
+        e @ (Expr::AggregateFunction(_) | Expr::WindowFunction(_)) => Ok(sketches::unbind(e)),
+        other => Ok(Transformed::no(other)),
     })
-    .map(|t| t.data)
+}
+
+/// Whether a call in `expr` is bound to a statement's budget.
+#[cfg(test)]
+pub(super) fn holds_a_budget(expr: &Expr) -> bool {
+    expr.exists(|e| {
+        Ok(matches!(e, Expr::ScalarFunction(f)
+            if f.func.inner().downcast_ref::<Counted>().is_some_and(|c| c.budget.is_some())))
+    })
+    .unwrap_or(true)
+}
+
+/// `expr` (its calls bound to no statement, [`unbind_calls`]) made this statement's: every
+/// call counted against `budget`.
+pub(super) fn bind_calls(expr: Expr, budget: &Budget) -> Result<Expr> {
+    count_calls(expr, budget, true).map(|t| t.data)
 }
 
 /// An optimized `plan` whose values were bound after it was optimized (a prepared statement's

@@ -32,6 +32,8 @@ pub(in crate::flight) struct LargeScanBatches;
 #[derive(Debug)]
 pub(in crate::flight) struct LakeTable {
     table: TableRef,
+    /// The version a statement named (`t@v5`); `None`: the latest when it was opened.
+    pinned: Option<u64>,
     lance: LanceTableProvider,
     /// The same dataset, read in large batches: made by the first scan that wants it (a
     /// search or a write's read never does).
@@ -43,10 +45,12 @@ impl LakeTable {
     pub(in crate::flight) fn new(
         engine: &Engine,
         table: TableRef,
+        pinned: Option<u64>,
         dataset: lance::dataset::Dataset,
     ) -> Self {
         Self {
             table,
+            pinned,
             lance: LanceTableProvider::new(Arc::new(dataset), false, false),
             large: OnceLock::new(),
             engine: engine.clone(),
@@ -56,6 +60,11 @@ impl LakeTable {
     /// The table this is.
     pub(in crate::flight) fn table(&self) -> &TableRef {
         &self.table
+    }
+
+    /// The version the statement named, if it named one.
+    pub(in crate::flight) fn pinned(&self) -> Option<u64> {
+        self.pinned
     }
 
     /// The dataset at the version this statement reads.

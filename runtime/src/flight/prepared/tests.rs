@@ -332,3 +332,126 @@ async fn kept_plans_are_bounded_in_memory() {
         "the oldest plan was kept"
     );
 }
+
+/// A kept plan holds no statement's budget — its calls and its searches' vectors (an
+/// expression of the parameter, as Go sends a vector) are bound to each execution's own.
+#[tokio::test]
+async fn a_kept_plan_holds_no_statements_budget() {
+    use arrow::array::{FixedSizeListArray, Float32Array};
+    use arrow::datatypes::{DataType, Field};
+    let endpoint = Endpoint::new().await;
+    let item = Arc::new(Field::new("item", DataType::Float32, true));
+    let vectors = FixedSizeListArray::try_new(
+        item,
+        2,
+        Arc::new(Float32Array::from_iter_values((0..20).map(|i| i as f32))),
+        None,
+    )
+    .unwrap();
+    let batch = RecordBatch::try_from_iter([
+        ("id", Arc::new(Int64Array::from_iter_values(0..10)) as _),
+        ("emb", Arc::new(vectors) as _),
+    ])
+    .unwrap();
+    let searched = TableRef::new(
+        NamespaceName::parse("s").unwrap(),
+        TableName::parse("v").unwrap(),
+    );
+    endpoint
+        .engine
+        .create(&searched, batch.schema(), vec![batch])
+        .await
+        .unwrap();
+    let sql = "SELECT id FROM s.v WHERE length(CAST(id AS VARCHAR)) > 0 \
+               ORDER BY array_distance(emb, CAST(string_to_array($1, ',') AS FLOAT[])) LIMIT 1";
+    for (text, nearest) in [("8,9", 4), ("2.5,3", 1), ("8,9", 4)] {
+        assert_eq!(
+            endpoint.ints(sql, vec![ScalarValue::from(text)]).await,
+            vec![nearest],
+            "{text}"
+        );
+    }
+    assert_eq!(endpoint.prepared.hits(), 2);
+    let [kept] = endpoint.prepared.kept().try_into().unwrap();
+    let vectors = crate::flight::search::parameter_vectors(&kept);
+    assert_eq!(vectors.len(), 1, "no search of a parameter: {kept}");
+    let mut exprs = vectors;
+    let _ = kept.apply_with_subqueries(|node| {
+        exprs.extend(node.expressions());
+        Ok(TreeNodeRecursion::Continue)
+    });
+    for e in exprs {
+        assert!(!bounded::holds_a_budget(&e), "bound to a statement: {e}");
+    }
+}
+
+/// A prepared read of a version the statement names is kept for it while that version stays
+/// what it was, whatever the latest is.
+#[tokio::test]
+async fn a_plan_of_a_named_version_is_kept() {
+    let endpoint = Endpoint::new().await;
+    endpoint
+        .engine
+        .append(&table(), schema(), vec![rows(100..105)])
+        .await
+        .unwrap();
+    let sql = "SELECT count(*) FROM s.\"t@v1\" WHERE id >= $1";
+    assert_eq!(endpoint.ints(sql, vec![int(90)]).await, vec![10]);
+    assert_eq!(endpoint.ints(sql, vec![int(95)]).await, vec![5]);
+    assert_eq!(endpoint.prepared.hits(), 1);
+}
+
+/// An EXPLAIN (which holds the plan's text after every rule) is not kept.
+#[tokio::test]
+async fn an_explain_is_not_kept() {
+    let endpoint = Endpoint::new().await;
+    endpoint
+        .run("EXPLAIN SELECT v FROM s.t WHERE id = $1", vec![int(3)])
+        .await;
+    assert_eq!(endpoint.prepared.len(), 0);
+}
+
+/// A value bound for a narrower column (a client's BIGINT for an INT column) reaches the scan
+/// as that column's constant, as DataFusion makes of one written in: `n = 7`, not
+/// `CAST(n AS BIGINT) = 7`, which no index or statistic serves.
+#[tokio::test]
+async fn a_wider_value_reaches_a_narrower_columns_scan_as_its_constant() {
+    use arrow::array::Int32Array;
+    let endpoint = Endpoint::new().await;
+    let narrow = TableRef::new(
+        NamespaceName::parse("s").unwrap(),
+        TableName::parse("n").unwrap(),
+    );
+    let batch =
+        RecordBatch::try_from_iter([("n", Arc::new(Int32Array::from_iter_values(0..10)) as _)])
+            .unwrap();
+    endpoint
+        .engine
+        .create(&narrow, batch.schema(), vec![batch])
+        .await
+        .unwrap();
+    let sql = "SELECT n FROM s.n WHERE n = $1";
+    for _ in 0..2 {
+        let ctx = endpoint.session(1 << 30);
+        let planned = endpoint
+            .prepared
+            .plan(
+                endpoint.engine.reader(),
+                &ctx,
+                sql,
+                Some(vec![int(7)]),
+                &SessionOptions::default(),
+            )
+            .await
+            .unwrap();
+        let Statement::Read(read) = planned else {
+            panic!("not a read");
+        };
+        let shown = read.plan().display_indent().to_string();
+        assert!(
+            shown.contains("s.n.n = Int32(7)"),
+            "the scan's filter is not the column's constant: {shown}"
+        );
+    }
+    assert_eq!(endpoint.prepared.hits(), 1);
+}

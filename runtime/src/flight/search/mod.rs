@@ -12,6 +12,8 @@ mod settings;
 mod tokens;
 
 pub(in crate::flight) use functions::register as register_table_functions;
+#[cfg(test)]
+pub(in crate::flight) use nearest::parameter_vectors;
 pub(in crate::flight) use nearest::{bind_searches, lake_table, reads_only_indexed_searches};
 pub(in crate::flight) use rule::NearestNeighbours;
 pub(in crate::flight) use settings::{LakeSettings, SettingError, check as check_setting};

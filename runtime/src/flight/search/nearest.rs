@@ -25,6 +25,7 @@ use lance_linalg::distance::DistanceType;
 use prost::Message;
 
 use super::settings;
+use crate::flight::bounded::{self, Budget};
 use crate::flight::distributed::LakeTable;
 
 /// What a search looks for.
@@ -77,8 +78,8 @@ impl NearestTable {
         }
     }
 
-    /// This search with its parameter bound to `values`.
-    fn bind(&self, values: &ParamValues) -> Result<Option<Self>> {
+    /// This search with its parameter bound to `values`, in a statement of `budget`.
+    fn bind(&self, values: &ParamValues, budget: &Budget) -> Result<Option<Self>> {
         let Query::Parameter {
             vector,
             element,
@@ -87,9 +88,11 @@ impl NearestTable {
         else {
             return Ok(None);
         };
-        // A value the expression cannot take (`string_to_array` of text that is no number)
-        // fails the statement's own sort the same way, with DataFusion's message.
-        let query = evaluate(vector, values)?
+        // A value the expression cannot take (`string_to_array` of text that is no number, or
+        // more than the budget allows) fails the statement's own sort the same way, with its
+        // message: the sort's expression is bound to the same budget.
+        let vector = bounded::bind_calls(vector.clone(), budget)?;
+        let query = evaluate(&vector, values)?
             .and_then(|value| super::rule::query_vector(&value, element, *dimension))
             .map_or(Query::Exact, Query::Vector);
         Ok(Some(Self::new(
@@ -228,10 +231,11 @@ pub(in crate::flight) fn lake_table(provider: &dyn TableProvider) -> Option<&Lak
 }
 
 /// `plan` (optimized with its parameters as placeholders) with each search's parameter bound to
-/// `values`.
+/// `values`, in a statement of `budget`.
 pub(in crate::flight) fn bind_searches(
     plan: LogicalPlan,
     values: &ParamValues,
+    budget: &Budget,
 ) -> Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|node| {
         let LogicalPlan::TableScan(scan) = &node else {
@@ -243,7 +247,7 @@ pub(in crate::flight) fn bind_searches(
         let any: &dyn std::any::Any = provider.as_ref();
         let Some(bound) = any
             .downcast_ref::<NearestTable>()
-            .map(|search| search.bind(values))
+            .map(|search| search.bind(values, budget))
             .transpose()?
             .flatten()
         else {
@@ -254,6 +258,24 @@ pub(in crate::flight) fn bind_searches(
         Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
     })
     .map(|t| t.data)
+}
+
+/// The vectors of `plan`'s searches that are expressions of its parameters.
+#[cfg(test)]
+pub(in crate::flight) fn parameter_vectors(plan: &LogicalPlan) -> Vec<Expr> {
+    let mut vectors = Vec::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Ok(provider) = source_as_provider(&scan.source)
+            && let Some(search) =
+                (provider.as_ref() as &dyn std::any::Any).downcast_ref::<NearestTable>()
+            && let Query::Parameter { vector, .. } = &search.query
+        {
+            vectors.push(vector.clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    vectors
 }
 
 /// Whether every table `plan` reads (its subqueries' too) is a k-row search an index serves:

@@ -183,8 +183,11 @@ fn search(scan: &TableScan, expr: &Expr, wanted: &Wanted<'_>) -> Option<TableSca
         Expr::Literal(value, _) => {
             Query::Vector(query_vector(value, item.data_type(), *dimension)?)
         }
+        // Its calls bound to no statement: each execution binds them to its own budget.
         _ if of_parameters_only(vector) => Query::Parameter {
-            vector: unalias(vector).clone(),
+            vector: crate::flight::bounded::unbind_calls(unalias(vector).clone())
+                .ok()?
+                .data,
             element: item.data_type().clone(),
             dimension: *dimension,
         },

@@ -552,11 +552,7 @@ pub(super) fn count_calls(expr: Expr, budget: &Budget, every: bool) -> Result<Tr
     expr.transform_up(|e| match e {
         // A call of the shared registry's function: bound to this statement.
         Expr::ScalarFunction(f) if unbound(&f).is_some() => {
-            let bound = unbound(&f).map(|c| Counted {
-                inner: c.inner.clone(),
-                growth: c.growth,
-                budget: Some(budget.clone()),
-            });
+            let bound = unbound(&f).map(|c| c.with_budget(Some(budget.clone())));
             Ok(match bound {
                 Some(bound) => Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
                     Arc::new(ScalarUDF::new_from_impl(bound)),
@@ -682,13 +678,12 @@ pub(super) fn unbind(plan: LogicalPlan) -> Result<LogicalPlan> {
 pub(super) fn unbind_calls(expr: Expr) -> Result<Transformed<Expr>> {
     expr.transform_up(|e| match e {
         Expr::ScalarFunction(f) => {
-            let unbound = f.func.inner().downcast_ref::<Counted>().and_then(|c| {
-                c.budget.is_some().then(|| Counted {
-                    inner: c.inner.clone(),
-                    growth: c.growth,
-                    budget: None,
-                })
-            });
+            let unbound = f
+                .func
+                .inner()
+                .downcast_ref::<Counted>()
+                .filter(|c| c.budget.is_some())
+                .map(|c| c.with_budget(None));
             Ok(match unbound {
                 Some(unbound) => Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
                     Arc::new(ScalarUDF::new_from_impl(unbound)),
@@ -819,6 +814,15 @@ struct Counted {
 }
 
 impl Counted {
+    /// The same call counted against `budget` (`None`: bound to no statement).
+    fn with_budget(&self, budget: Option<Budget>) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            growth: self.growth,
+            budget,
+        }
+    }
+
     fn budget(&self, options: &ConfigOptions) -> Result<Budget> {
         match &self.budget {
             Some(budget) => Ok(budget.clone()),

@@ -266,9 +266,7 @@ fn timeless(plan: &LogicalPlan) -> bool {
     let _ = plan.apply_with_subqueries(|node| {
         node.apply_expressions(|e| {
             e.apply(|e| {
-                if let Expr::ScalarFunction(f) = e
-                    && f.func.signature().volatility != Volatility::Immutable
-                {
+                if varies(e) {
                     timeless = false;
                     return Ok(TreeNodeRecursion::Stop);
                 }
@@ -277,6 +275,11 @@ fn timeless(plan: &LogicalPlan) -> bool {
         })
     });
     timeless
+}
+
+/// Whether `e` is a call whose value depends on when or how often it is made.
+pub(super) fn varies(e: &Expr) -> bool {
+    matches!(e, Expr::ScalarFunction(f) if f.func.signature().volatility != Volatility::Immutable)
 }
 
 /// The lake tables `plan` reads, at their versions; `None` if it reads anything else (a view
@@ -419,10 +422,10 @@ impl PreparedPlans {
                 Planned::Write(write) => Statement::Write(write),
             });
         };
-        let budget = bounded::budget_in(ctx.state_ref().read().config_options())
+        let settings = Arc::clone(ctx.state_ref().read().config_options());
+        let budget = bounded::budget_in(&settings)
             .cloned()
             .ok_or_else(|| Status::internal("a statement's session has no budget"))?;
-        let settings = Arc::clone(ctx.state_ref().read().config_options());
         let key = Key::new(sql, options, &values);
         if let Some(kept) = self.get(&key, engine).await {
             let plan = bind(kept, values, settings, &budget).map_err(sql::status)?;

@@ -1,25 +1,16 @@
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow::array::{AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{Int64Type, Schema};
-use datafusion::execution::DiskManager;
-use datafusion::execution::disk_manager::DiskManagerBuilder;
-use datafusion::execution::memory_pool::GreedyMemoryPool;
 
 use super::*;
 use crate::catalog::{NamespaceName, TableName};
-use crate::engine::{Warehouse, WriteEngine};
-use crate::flight::sql::Sessions;
-use crate::manifest::ManifestStore;
-use crate::store::EmbeddedStore;
+use crate::flight::sql::testing;
 
 /// A warehouse with table `s.t`, an endpoint's sessions and its prepared plans.
 struct Endpoint {
-    _dir: tempfile::TempDir,
-    engine: WriteEngine,
-    sessions: Sessions,
-    disk: Arc<DiskManager>,
+    base: testing::Endpoint,
     prepared: PreparedPlans,
 }
 
@@ -51,37 +42,55 @@ fn schema() -> Arc<Schema> {
 
 impl Endpoint {
     async fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let kv = Arc::new(EmbeddedStore::open(&dir.path().join("manifests.redb"), true).unwrap());
-        let engine = WriteEngine::new(
-            Warehouse::Local(dir.path().join("warehouse")),
-            ManifestStore::new(kv),
-        );
-        engine
+        let base = testing::Endpoint::new();
+        base.engine
             .create(&table(), schema(), vec![rows(0..100)])
             .await
             .unwrap();
-        let disk = Arc::new(DiskManagerBuilder::default().build().unwrap());
         Self {
-            _dir: dir,
-            engine,
-            sessions: Sessions::new(disk.clone()).unwrap(),
-            disk,
+            base,
             prepared: PreparedPlans::default(),
         }
     }
 
+    fn engine(&self) -> &crate::engine::WriteEngine {
+        &self.base.engine
+    }
+
     fn session(&self, bytes: usize) -> SessionContext {
-        self.sessions
-            .statement(
-                self.engine.reader(),
-                Arc::new(GreedyMemoryPool::new(bytes)),
-                self.disk.clone(),
-                Instant::now() + Duration::from_secs(60),
-                Duration::from_secs(60),
+        self.base.statement(bytes)
+    }
+
+    /// Table `s.<name>` made of `batch`.
+    async fn create(&self, name: &str, batch: RecordBatch) {
+        let table = TableRef::new(
+            NamespaceName::parse("s").unwrap(),
+            TableName::parse(name).unwrap(),
+        );
+        self.engine()
+            .create(&table, batch.schema(), vec![batch])
+            .await
+            .unwrap();
+    }
+
+    /// The plan `sql` with `values` bound comes to, as its DoGet would receive it.
+    async fn shown_plan(&self, sql: &str, values: Vec<ScalarValue>) -> String {
+        let ctx = self.session(1 << 30);
+        let planned = self
+            .prepared
+            .plan(
+                self.engine().reader(),
+                &ctx,
+                sql,
+                Some(values),
                 &SessionOptions::default(),
             )
-            .unwrap()
+            .await
+            .unwrap();
+        let Statement::Read(read) = planned else {
+            panic!("{sql}: not a read");
+        };
+        read.plan().display_indent().to_string()
     }
 
     /// `sql` with `values` bound, run as a prepared read runs, in a statement of `bytes`.
@@ -95,7 +104,7 @@ impl Endpoint {
         let planned = self
             .prepared
             .plan(
-                self.engine.reader(),
+                self.engine().reader(),
                 &ctx,
                 sql,
                 Some(values),
@@ -191,7 +200,7 @@ async fn a_kept_plan_is_not_used_once_its_table_moves() {
     let sql = "SELECT count(*) FROM s.t WHERE id >= $1";
     assert_eq!(endpoint.ints(sql, vec![int(90)]).await, vec![10]);
     endpoint
-        .engine
+        .engine()
         .append(&table(), schema(), vec![rows(100..105)])
         .await
         .unwrap();
@@ -200,14 +209,14 @@ async fn a_kept_plan_is_not_used_once_its_table_moves() {
     assert_eq!(endpoint.ints(sql, vec![int(100)]).await, vec![5]);
     assert_eq!(endpoint.prepared.hits(), 1);
 
-    endpoint.engine.drop_table(&table()).await.unwrap();
+    endpoint.engine().drop_table(&table()).await.unwrap();
     endpoint
-        .engine
+        .engine()
         .create(&table(), schema(), vec![rows(0..3)])
         .await
         .unwrap();
     endpoint
-        .engine
+        .engine()
         .append(&table(), schema(), vec![rows(1000..1001)])
         .await
         .unwrap();
@@ -260,22 +269,12 @@ async fn a_kept_plan_counts_against_each_statements_budget() {
 #[tokio::test]
 async fn a_bound_value_reaches_the_scan_as_a_constant() {
     let endpoint = Endpoint::new().await;
-    let ctx = endpoint.session(1 << 30);
-    let planned = endpoint
-        .prepared
-        .plan(
-            endpoint.engine.reader(),
-            &ctx,
+    let shown = endpoint
+        .shown_plan(
             "SELECT v FROM s.t WHERE id = $1",
-            Some(vec![ScalarValue::Int32(Some(7))]),
-            &SessionOptions::default(),
+            vec![ScalarValue::Int32(Some(7))],
         )
-        .await
-        .unwrap();
-    let Statement::Read(read) = planned else {
-        panic!("not a read");
-    };
-    let shown = read.plan().display_indent().to_string();
+        .await;
     assert!(
         shown.contains("s.t.id = Int64(7)"),
         "the scan's filter is not a constant: {shown}"
@@ -333,35 +332,31 @@ async fn kept_plans_are_bounded_in_memory() {
     );
 }
 
-/// A kept plan holds no statement's budget — its calls and its searches' vectors (an
-/// expression of the parameter, as Go sends a vector) are bound to each execution's own.
-#[tokio::test]
-async fn a_kept_plan_holds_no_statements_budget() {
+/// `s.v`: ten rows of (id, emb: two float32s, 2 × id and 2 × id + 1).
+fn vectors() -> RecordBatch {
     use arrow::array::{FixedSizeListArray, Float32Array};
     use arrow::datatypes::{DataType, Field};
-    let endpoint = Endpoint::new().await;
     let item = Arc::new(Field::new("item", DataType::Float32, true));
-    let vectors = FixedSizeListArray::try_new(
+    let emb = FixedSizeListArray::try_new(
         item,
         2,
         Arc::new(Float32Array::from_iter_values((0..20).map(|i| i as f32))),
         None,
     )
     .unwrap();
-    let batch = RecordBatch::try_from_iter([
+    RecordBatch::try_from_iter([
         ("id", Arc::new(Int64Array::from_iter_values(0..10)) as _),
-        ("emb", Arc::new(vectors) as _),
+        ("emb", Arc::new(emb) as _),
     ])
-    .unwrap();
-    let searched = TableRef::new(
-        NamespaceName::parse("s").unwrap(),
-        TableName::parse("v").unwrap(),
-    );
-    endpoint
-        .engine
-        .create(&searched, batch.schema(), vec![batch])
-        .await
-        .unwrap();
+    .unwrap()
+}
+
+/// A kept plan holds no statement's budget — its calls and its searches' vectors (an
+/// expression of the parameter, as Go sends a vector) are bound to each execution's own.
+#[tokio::test]
+async fn a_kept_plan_holds_no_statements_budget() {
+    let endpoint = Endpoint::new().await;
+    endpoint.create("v", vectors()).await;
     let sql = "SELECT id FROM s.v WHERE length(CAST(id AS VARCHAR)) > 0 \
                ORDER BY array_distance(emb, CAST(string_to_array($1, ',') AS FLOAT[])) LIMIT 1";
     for (text, nearest) in [("8,9", 4), ("2.5,3", 1), ("8,9", 4)] {
@@ -391,7 +386,7 @@ async fn a_kept_plan_holds_no_statements_budget() {
 async fn a_plan_of_a_named_version_is_kept() {
     let endpoint = Endpoint::new().await;
     endpoint
-        .engine
+        .engine()
         .append(&table(), schema(), vec![rows(100..105)])
         .await
         .unwrap();
@@ -418,40 +413,57 @@ async fn an_explain_is_not_kept() {
 async fn a_wider_value_reaches_a_narrower_columns_scan_as_its_constant() {
     use arrow::array::Int32Array;
     let endpoint = Endpoint::new().await;
-    let narrow = TableRef::new(
-        NamespaceName::parse("s").unwrap(),
-        TableName::parse("n").unwrap(),
-    );
     let batch =
         RecordBatch::try_from_iter([("n", Arc::new(Int32Array::from_iter_values(0..10)) as _)])
             .unwrap();
-    endpoint
-        .engine
-        .create(&narrow, batch.schema(), vec![batch])
-        .await
-        .unwrap();
-    let sql = "SELECT n FROM s.n WHERE n = $1";
+    endpoint.create("n", batch).await;
     for _ in 0..2 {
-        let ctx = endpoint.session(1 << 30);
-        let planned = endpoint
-            .prepared
-            .plan(
-                endpoint.engine.reader(),
-                &ctx,
-                sql,
-                Some(vec![int(7)]),
-                &SessionOptions::default(),
-            )
-            .await
-            .unwrap();
-        let Statement::Read(read) = planned else {
-            panic!("not a read");
-        };
-        let shown = read.plan().display_indent().to_string();
+        let shown = endpoint
+            .shown_plan("SELECT n FROM s.n WHERE n = $1", vec![int(7)])
+            .await;
         assert!(
             shown.contains("s.n.n = Int32(7)"),
             "the scan's filter is not the column's constant: {shown}"
         );
     }
     assert_eq!(endpoint.prepared.hits(), 1);
+}
+
+/// A bound value that is no vector of the column — text that is no number, another length —
+/// gets the SQL function's own error, as it would written in, first and from a kept plan; a
+/// good value after it is still answered.
+#[tokio::test]
+async fn a_value_that_is_no_vector_gets_the_functions_error() {
+    let endpoint = Endpoint::new().await;
+    endpoint.create("v", vectors()).await;
+    let sql = "SELECT id FROM s.v \
+               ORDER BY array_distance(emb, CAST(string_to_array($1, ',') AS FLOAT[])) LIMIT 1";
+    for (text, names) in [
+        ("1,two", "Cannot cast string 'two'"),
+        (
+            "1,2,3",
+            "array_distance: Both arrays must have the same length",
+        ),
+        ("1,two", "Cannot cast string 'two'"),
+    ] {
+        let refused = endpoint
+            .run_in(1 << 30, sql, vec![ScalarValue::from(text)])
+            .await
+            .expect_err(text);
+        assert_eq!(
+            refused.code(),
+            tonic::Code::InvalidArgument,
+            "{text}: {refused}"
+        );
+        assert!(refused.message().contains(names), "{text}: {refused}");
+    }
+    assert_eq!(
+        endpoint.ints(sql, vec![ScalarValue::from("8,9")]).await,
+        vec![4]
+    );
+    assert_eq!(
+        endpoint.prepared.hits(),
+        3,
+        "the kept plan answered after the first"
+    );
 }

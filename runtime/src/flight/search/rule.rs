@@ -217,10 +217,7 @@ fn of_parameters_only(expr: &Expr) -> bool {
             | Expr::ScalarSubquery(_)
             | Expr::Exists(_)
             | Expr::InSubquery(_) => true,
-            Expr::ScalarFunction(f) => {
-                f.func.signature().volatility != datafusion::logical_expr::Volatility::Immutable
-            }
-            _ => false,
+            e => crate::flight::prepared::varies(e),
         })
     });
     placeholder && matches!(other, Ok(false))

@@ -30,6 +30,8 @@ mod delete;
 mod rewrite;
 mod session;
 #[cfg(test)]
+pub(super) mod testing;
+#[cfg(test)]
 mod tests;
 
 use rewrite::{binary_types_as_bytea, number_placeholders};

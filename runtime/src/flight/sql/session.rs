@@ -287,16 +287,10 @@ pub(super) async fn list_the_warehouse(ctx: &SessionContext) -> Result<(), Statu
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
     use datafusion::arrow::array::Int64Array;
-    use datafusion::execution::memory_pool::GreedyMemoryPool;
 
+    use super::super::testing::Endpoint;
     use super::*;
-    use crate::engine::{Warehouse, WriteEngine};
-    use crate::flight::options::SessionOptions;
-    use crate::manifest::ManifestStore;
-    use crate::store::EmbeddedStore;
 
     /// The first value of `sql` run as lake runs a read: planned in `ctx`, executed in its
     /// statement's runtime.
@@ -311,48 +305,6 @@ mod tests {
             .and_then(|b| b.column(0).as_any().downcast_ref::<Int64Array>())
             .ok_or_else(|| DataFusionError::Internal(format!("{sql} gave {batches:?}")))?;
         Ok(values.value(0))
-    }
-
-    /// An endpoint's sessions over an empty warehouse.
-    struct Endpoint {
-        _dir: tempfile::TempDir,
-        sessions: Sessions,
-        engine: WriteEngine,
-        disk: Arc<DiskManager>,
-    }
-
-    impl Endpoint {
-        fn new() -> Self {
-            let dir = tempfile::tempdir().unwrap();
-            let kv =
-                Arc::new(EmbeddedStore::open(&dir.path().join("manifests.redb"), true).unwrap());
-            let engine = WriteEngine::new(
-                Warehouse::Local(dir.path().join("warehouse")),
-                ManifestStore::new(kv),
-            );
-            let disk = Arc::new(DiskManagerBuilder::default().build().unwrap());
-            let sessions = Sessions::new(disk.clone()).unwrap();
-            Self {
-                _dir: dir,
-                sessions,
-                engine,
-                disk,
-            }
-        }
-
-        /// A statement's session with a budget of `bytes` (and a minute to run).
-        fn statement(&self, bytes: usize) -> SessionContext {
-            self.sessions
-                .statement(
-                    self.engine.reader(),
-                    Arc::new(GreedyMemoryPool::new(bytes)),
-                    self.disk.clone(),
-                    Instant::now() + Duration::from_secs(60),
-                    Duration::from_secs(60),
-                    &SessionOptions::default(),
-                )
-                .unwrap()
-        }
     }
 
     /// Statements made from one shared session, alive at once, each count against their own

@@ -1,6 +1,7 @@
 //! The Lance engine: datasets at `<warehouse>/<ns>/<table>.lance`, committed through the manifest
 //! store. [`Engine`] reads (query and metadata); [`WriteEngine`] also writes (metadata only).
 
+mod encoding;
 mod index;
 mod maintain;
 mod pinned;
@@ -544,6 +545,12 @@ impl WriteEngine {
         }
         let uri = self.engine.warehouse.uri(table);
         let params = self.engine.write_params(table, mode);
+        // A table's schema is written only here (an append takes the table's): this is where
+        // its columns get their encoding hints.
+        let rows = match mode {
+            WriteMode::Create | WriteMode::Overwrite => encoding::with_encoding_hints(rows),
+            WriteMode::Append => rows,
+        };
         let (rows, count, failure) = counted(rows);
         let transaction = InsertBuilder::new(uri.as_str())
             .with_params(&params)

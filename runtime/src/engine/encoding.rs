@@ -1,0 +1,203 @@
+//! How lake asks Lance to encode the columns of a table it creates.
+//!
+//! Lance chooses an encoding per page. For a fixed-width column it prices run-length encoding
+//! by walking the page's runs: the costliest step of a write (a quarter of an ingest's CPU in a
+//! profile, docs/performance.md). Unless a field names a threshold in its metadata
+//! (`lance-encoding:rle-threshold`), Lance prices it for every page, even one whose values hardly
+//! repeat, where it cannot win; with one, only for a page with fewer runs than that share of its
+//! values. Lake names Lance's own default share on every fixed-width column that has none: the
+//! schema is the table's, so appends, rewrites and compactions keep it.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Fields, Schema, SchemaRef};
+use futures::StreamExt;
+use lance_encoding::constants::RLE_THRESHOLD_META_KEY;
+
+use super::{RowStream, row_stream};
+
+/// The share of runs below which Lance prices run-length encoding for a page: Lance's own
+/// default (`DEFAULT_RLE_COMPRESSION_THRESHOLD` in lance-encoding), which it applies only when a
+/// field asks. A page of 8-byte values with more runs than half its values gains little from
+/// run lengths, and bit-packing usually beats them there.
+pub(super) const RLE_THRESHOLD: &str = "0.5";
+
+/// `schema` with [`RLE_THRESHOLD`] on every fixed-width column without a threshold of its own,
+/// or `None` when no column takes it.
+fn hinted(schema: &Schema) -> Option<SchemaRef> {
+    if !schema.fields().iter().any(|f| takes_hint(f)) {
+        return None;
+    }
+    let fields: Fields = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            if takes_hint(field) {
+                let mut metadata = field.metadata().clone();
+                metadata.insert(RLE_THRESHOLD_META_KEY.to_owned(), RLE_THRESHOLD.to_owned());
+                Arc::new(field.as_ref().clone().with_metadata(metadata))
+            } else {
+                field.clone()
+            }
+        })
+        .collect();
+    Some(Arc::new(Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    )))
+}
+
+/// Values Lance may run-length encode (8 to 64 bits wide), with no threshold chosen by the client.
+fn takes_hint(field: &Field) -> bool {
+    matches!(field.data_type().primitive_width(), Some(1 | 2 | 4 | 8))
+        && !field.metadata().contains_key(RLE_THRESHOLD_META_KEY)
+}
+
+/// `rows` under the hinted schema: each batch of the stream's own schema relabelled (its
+/// columns shared, not copied); a batch of another schema is passed on as it came.
+pub(super) fn with_encoding_hints(rows: RowStream) -> RowStream {
+    let source = rows.schema();
+    let Some(schema) = hinted(&source) else {
+        return rows;
+    };
+    let target = schema.clone();
+    row_stream(
+        schema,
+        rows.map(move |batch| {
+            let batch = batch?;
+            if batch.schema() != source {
+                return Ok(batch);
+            }
+            Ok(batch.with_schema(target.clone())?)
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray};
+    use arrow::datatypes::DataType;
+    use arrow::record_batch::RecordBatch;
+
+    use super::*;
+    use crate::catalog::{NamespaceName, TableName};
+    use crate::engine::{TableRef, Warehouse, WriteEngine, rows_of};
+    use crate::manifest::ManifestStore;
+    use crate::store::EmbeddedStore;
+
+    fn engine(dir: &std::path::Path) -> WriteEngine {
+        let kv = Arc::new(EmbeddedStore::open(&dir.join("manifests.redb"), true).unwrap());
+        WriteEngine::new(
+            Warehouse::Local(dir.join("warehouse")),
+            ManifestStore::new(kv),
+        )
+    }
+
+    fn table() -> TableRef {
+        TableRef::new(
+            NamespaceName::parse("s").unwrap(),
+            TableName::parse("t").unwrap(),
+        )
+    }
+
+    fn threshold(field: &Field) -> Option<&str> {
+        field
+            .metadata()
+            .get(RLE_THRESHOLD_META_KEY)
+            .map(String::as_str)
+    }
+
+    #[test]
+    fn fixed_width_columns_get_the_threshold_and_a_clients_own_is_kept() {
+        let own = HashMap::from([(RLE_THRESHOLD_META_KEY.to_owned(), "0.9".to_owned())]);
+        let schema = Schema::new(vec![
+            Field::new("n", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, true),
+            Field::new("f", DataType::Float32, true),
+            Field::new("d", DataType::Decimal128(10, 2), true),
+            Field::new("o", DataType::Int32, true).with_metadata(own),
+        ]);
+        let with_hints = hinted(&schema).expect("n and f take the hint");
+        let thresholds: Vec<_> = with_hints.fields().iter().map(|f| threshold(f)).collect();
+        assert_eq!(
+            thresholds,
+            [
+                Some(RLE_THRESHOLD),
+                None,
+                Some(RLE_THRESHOLD),
+                None,
+                Some("0.9")
+            ]
+        );
+        assert!(hinted(&Schema::new(vec![Field::new("s", DataType::Utf8, true)])).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_created_table_keeps_the_threshold_across_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let t = table();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let batch = |ids: Vec<i64>| {
+            let names: Vec<String> = ids.iter().map(|i| format!("n{i}")).collect();
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(ids)) as ArrayRef,
+                    Arc::new(StringArray::from(names)),
+                ],
+            )
+            .unwrap()
+        };
+        engine
+            .create_stream(&t, rows_of(schema.clone(), vec![batch(vec![1, 2])]))
+            .await
+            .unwrap();
+        engine
+            .append_stream(&t, rows_of(schema.clone(), vec![batch(vec![3])]))
+            .await
+            .unwrap();
+        let dataset = engine.open(&t, None).await.unwrap();
+        let stored = arrow::datatypes::Schema::from(dataset.schema());
+        assert_eq!(threshold(stored.field(0)), Some(RLE_THRESHOLD));
+        assert_eq!(threshold(stored.field(1)), None);
+        assert_eq!(dataset.count_rows(None).await.unwrap(), 3);
+    }
+
+    /// The threshold must not cost a column of long runs its run-length encoding: 1M values in
+    /// 100 runs of the widest values (no bit-packing helps) stay a few KiB, not 4 MiB.
+    #[tokio::test]
+    async fn a_column_of_long_runs_is_still_stored_run_length_encoded() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(dir.path());
+        let t = table();
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int32, false)]));
+        let values = (0..1_000_000).map(|i| {
+            if (i / 10_000) % 2 == 0 {
+                i32::MAX
+            } else {
+                i32::MIN
+            }
+        });
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int32Array::from_iter_values(values)) as ArrayRef],
+        )
+        .unwrap();
+        engine
+            .create_stream(&t, rows_of(schema, vec![batch]))
+            .await
+            .unwrap();
+        let data = dir.path().join("warehouse/s/t.lance/data");
+        let bytes: u64 = std::fs::read_dir(&data)
+            .unwrap()
+            .map(|f| f.unwrap().metadata().unwrap().len())
+            .sum();
+        assert!(bytes < 256 * 1024, "{bytes} bytes of data files");
+    }
+}

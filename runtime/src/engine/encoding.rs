@@ -7,12 +7,22 @@
 //! repeat, where it cannot win; with one, only for a page with fewer runs than that share of its
 //! values. Lake names Lance's own default share on every fixed-width column that has none: the
 //! schema is the table's, so appends, rewrites and compactions keep it.
+//!
+//! A client may choose encodings itself, in the same field metadata. Lance reads some of those
+//! values only deep in its encoder, where a bad one panics or fails the write half-way, and
+//! ignores others without a word; [`check`] refuses them before anything is written.
 
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, Fields, Schema, SchemaRef};
 use futures::StreamExt;
-use lance_encoding::constants::RLE_THRESHOLD_META_KEY;
+use lance_encoding::compression_config::BssMode;
+use lance_encoding::constants::{
+    BSS_META_KEY, COMPRESSION_LEVEL_META_KEY, COMPRESSION_META_KEY, DICT_DIVISOR_META_KEY,
+    DICT_MAX_SIZE_META_KEY, DICT_SIZE_RATIO_META_KEY, MINICHUNK_SIZE_META_KEY,
+    RLE_THRESHOLD_META_KEY,
+};
+use lance_encoding::encodings::physical::block::CompressionScheme;
 
 use super::{RowStream, row_stream};
 
@@ -71,6 +81,95 @@ pub(super) fn with_encoding_hints(rows: RowStream) -> RowStream {
             Ok(batch.with_schema(target.clone())?)
         }),
     )
+}
+
+/// A column's encoding choice (field metadata) that Lance cannot take.
+#[derive(Debug, thiserror::Error)]
+#[error("column {column:?}: field metadata {key} = {value:?} is not valid: it must be {expected}")]
+pub struct InvalidEncoding {
+    pub column: String,
+    pub key: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+/// An encoding choice Lance reads from field metadata, and the values it accepts.
+struct Choice {
+    key: &'static str,
+    expected: &'static str,
+    accepts: fn(&str) -> bool,
+}
+
+/// The encoding choices Lance reads from field metadata, each with what it accepts (as Lance
+/// 14.0.2 parses it). A dictionary size ratio out of range or a maximum size that is no byte
+/// count panic inside its encoder; a compression it does not know fails the write half-way;
+/// the others it ignores when they do not parse.
+const CHOICES: &[Choice] = &[
+    Choice {
+        key: COMPRESSION_META_KEY,
+        expected: "one of none, fsst, zstd, lz4",
+        accepts: |v| v.parse::<CompressionScheme>().is_ok(),
+    },
+    Choice {
+        key: COMPRESSION_LEVEL_META_KEY,
+        expected: "an integer",
+        accepts: |v| v.parse::<i32>().is_ok(),
+    },
+    Choice {
+        key: RLE_THRESHOLD_META_KEY,
+        expected: "a number from 0 to 1",
+        accepts: |v| v.parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r)),
+    },
+    Choice {
+        key: DICT_SIZE_RATIO_META_KEY,
+        expected: "a number above 0 and at most 1",
+        accepts: |v| v.parse::<f64>().is_ok_and(|r| r > 0.0 && r <= 1.0),
+    },
+    Choice {
+        key: DICT_MAX_SIZE_META_KEY,
+        expected: "a byte count",
+        accepts: |v| v.parse::<usize>().is_ok(),
+    },
+    Choice {
+        key: DICT_DIVISOR_META_KEY,
+        expected: "a whole number",
+        accepts: |v| v.parse::<u64>().is_ok(),
+    },
+    Choice {
+        key: MINICHUNK_SIZE_META_KEY,
+        expected: "a positive byte count",
+        accepts: |v| v.parse::<i64>().is_ok_and(|n| n > 0),
+    },
+    Choice {
+        key: BSS_META_KEY,
+        expected: "one of off, on, auto",
+        accepts: |v| BssMode::parse(v).is_some(),
+    },
+];
+
+/// Checks the encoding choices in the field metadata of a table's new schema, on every column
+/// and nested field, before anything is written.
+pub(super) fn check(schema: &Schema) -> Result<(), InvalidEncoding> {
+    for field in schema.flattened_fields() {
+        for &Choice {
+            key,
+            expected,
+            accepts,
+        } in CHOICES
+        {
+            if let Some(value) = field.metadata().get(key)
+                && !accepts(value)
+            {
+                return Err(InvalidEncoding {
+                    column: field.name().clone(),
+                    key,
+                    value: value.clone(),
+                    expected,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -132,6 +231,40 @@ mod tests {
             ]
         );
         assert!(hinted(&Schema::new(vec![Field::new("s", DataType::Utf8, true)])).is_none());
+    }
+
+    #[test]
+    fn an_encoding_lance_cannot_take_is_refused_naming_the_column() {
+        let with = |key: &str, value: &str| {
+            let metadata = HashMap::from([(key.to_owned(), value.to_owned())]);
+            let item = Field::new("item", DataType::Utf8, true).with_metadata(metadata);
+            Schema::new(vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("tags", DataType::List(Arc::new(item)), true),
+            ])
+        };
+        for (key, bad, good) in [
+            (COMPRESSION_META_KEY, "bogus", "zstd"),
+            (COMPRESSION_LEVEL_META_KEY, "high", "3"),
+            (RLE_THRESHOLD_META_KEY, "1.5", "0.25"),
+            (DICT_SIZE_RATIO_META_KEY, "5", "0.8"),
+            (DICT_SIZE_RATIO_META_KEY, "NaN", "1"),
+            (DICT_MAX_SIZE_META_KEY, "x", "65536"),
+            (DICT_DIVISOR_META_KEY, "-2", "2"),
+            (MINICHUNK_SIZE_META_KEY, "-5", "4096"),
+            (BSS_META_KEY, "sometimes", "auto"),
+        ] {
+            let e = check(&with(key, bad)).expect_err(bad);
+            assert_eq!(
+                (e.column.as_str(), e.key, e.value.as_str()),
+                ("item", key, bad)
+            );
+            let text = e.to_string();
+            assert!(text.contains(key) && text.contains("must be"), "{text}");
+            check(&with(key, good)).unwrap_or_else(|e| panic!("{key} = {good}: {e}"));
+        }
+        // Keys Lance does not read are the client's own business.
+        check(&with("lance-encoding:future", "anything")).unwrap();
     }
 
     #[tokio::test]

@@ -29,6 +29,7 @@ use crate::catalog::{NamespaceName, TableName};
 use crate::manifest::{Lease, LeaseError, LeaseOf, ManifestStore, ReadOnlyManifestStore, Renewed};
 use crate::store::StoreError;
 
+pub use encoding::InvalidEncoding;
 pub use index::{
     IndexDefinition, IndexKind, IndexListing, TextOptions, VectorMetric, VectorOptions, indices,
 };
@@ -95,6 +96,13 @@ pub enum EngineError {
         table: TableRef,
         wanted: String,
         kept: String,
+    },
+    /// A column's encoding choice (its field metadata) that Lance cannot take: nothing written.
+    #[error("cannot write {table}: {source}")]
+    Encoding {
+        table: TableRef,
+        #[source]
+        source: encoding::InvalidEncoding,
     },
     #[error("deleting the manifest rows of {table}: {source}")]
     Manifests {
@@ -548,7 +556,13 @@ impl WriteEngine {
         // A table's schema is written only here (an append takes the table's): this is where
         // its columns get their encoding hints.
         let rows = match mode {
-            WriteMode::Create | WriteMode::Overwrite => encoding::with_encoding_hints(rows),
+            WriteMode::Create | WriteMode::Overwrite => {
+                encoding::check(&rows.schema()).map_err(|source| EngineError::Encoding {
+                    table: table.clone(),
+                    source,
+                })?;
+                encoding::with_encoding_hints(rows)
+            }
             WriteMode::Append => rows,
         };
         let (rows, count, failure) = counted(rows);

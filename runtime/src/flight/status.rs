@@ -59,7 +59,9 @@ pub(super) fn engine(e: EngineError) -> Status {
             Status::not_found(e.to_string())
         }
         e @ EngineError::IndexExists { .. } => Status::already_exists(e.to_string()),
-        e @ EngineError::InvalidIndex { .. } => Status::invalid_argument(e.to_string()),
+        e @ (EngineError::InvalidIndex { .. } | EngineError::Encoding { .. }) => {
+            Status::invalid_argument(e.to_string())
+        }
         EngineError::AlreadyExists(t) => {
             Status::already_exists(format!("table {t} already exists"))
         }

@@ -121,6 +121,43 @@ for label, data, column in [
             check(f"ingest refuses {label}, naming the column", "InvalidArgument" in str(e) and column in str(e), str(e))
 check("only the conforming row landed, intact", rows(query, "SELECT id, name FROM sales.typed") == [(7, "a")])
 
+# 4. A column's encoding choice (Lance's field metadata) that Lance cannot take: refused before
+# a byte is written, naming the column and the key. Lance panics on some of these deep in its
+# encoder, and an empty create would have made them the table's, failing every later append.
+def encoded(key, value, n):
+    field = pa.field("label", pa.string(), metadata={key: value})
+    return pa.Table.from_arrays([pa.array([f"v{i % 10}" for i in range(n)], pa.string())], schema=pa.schema([field]))
+def empty_create(table):
+    # ADBC sends nothing for a table without rows: the schema alone, through pyarrow.flight.
+    options = b"\x0a\x02\x08\x01"  # table definition: create, fail if it exists
+    cmd = command("CommandStatementIngest", options + pb_string(2, "encoded") + pb_string(3, "sales"))
+    writer, reader = flight.FlightClient(METADATA).do_put(flight.FlightDescriptor.for_command(cmd), table.schema)
+    writer.done_writing()
+    reader.read()
+    writer.close()
+for key, value in [("lance-encoding:dict-size-ratio", "5"), ("lance-encoding:dict-max-size", "x"),
+                   ("lance-encoding:compression", "bogus")]:
+    with meta.cursor() as cur:
+        try:
+            cur.adbc_ingest("encoded", encoded(key, value, 50_000), mode="create", db_schema_name="sales")
+            raise AssertionError(f"ingest of {key} = {value} succeeded")
+        except adbc_driver_manager.Error as e:
+            check(f"ingest refuses {key} = {value}, naming the column",
+                  "InvalidArgument" in str(e) and key in str(e) and '"label"' in str(e), str(e))
+    try:
+        empty_create(encoded(key, value, 0))
+        raise AssertionError(f"an empty create with {key} = {value} succeeded")
+    except (flight.FlightError, pa.ArrowInvalid) as e:
+        check(f"an empty create with {key} = {value} is refused too",
+              isinstance(e, pa.ArrowInvalid) and key in str(e) and '"label"' in str(e), f"{type(e).__name__}: {e}")
+check("the refused creates left no table", ("encoded",) not in rows(
+    query, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'sales'"))
+with meta.cursor() as cur:
+    cur.adbc_ingest("encoded", encoded("lance-encoding:compression", "zstd", 50_000), mode="create",
+                    db_schema_name="sales")
+check("a good encoding choice is written", rows(query, "SELECT count(*) FROM sales.encoded") == [(50_000,)])
+alive("encoding choices")
+
 # 5. One request never takes the process down.
 refused("a 100k-term expression", query, "SELECT " + "+".join(["1"] * 100_000), "InvalidArgument", "nest")
 refused("a 100k-long IS NULL chain", query, "SELECT 1" + " IS NULL" * 100_000, "InvalidArgument", "nest")

@@ -14,14 +14,18 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{Field, Fields, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use futures::StreamExt;
 use lance_encoding::compression_config::BssMode;
 use lance_encoding::constants::{
     BSS_META_KEY, COMPRESSION_LEVEL_META_KEY, COMPRESSION_META_KEY, DICT_DIVISOR_META_KEY,
-    DICT_MAX_SIZE_META_KEY, DICT_SIZE_RATIO_META_KEY, MINICHUNK_SIZE_META_KEY,
-    RLE_THRESHOLD_META_KEY,
+    DICT_MAX_SIZE_META_KEY, DICT_SIZE_RATIO_META_KEY, DICT_VALUES_COMPRESSION_LEVEL_META_KEY,
+    DICT_VALUES_COMPRESSION_META_KEY, MINICHUNK_SIZE_META_KEY, PACKED_STRUCT_LEGACY_META_KEY,
+    PACKED_STRUCT_META_KEY, RLE_THRESHOLD_META_KEY, STRUCTURAL_ENCODING_FULLZIP,
+    STRUCTURAL_ENCODING_META_KEY, STRUCTURAL_ENCODING_MINIBLOCK,
 };
+/// Lance's mark of a blob column (lance-arrow's `BLOB_META_KEY`).
+const BLOB_META_KEY: &str = "lance-encoding:blob";
 use lance_encoding::encodings::physical::block::CompressionScheme;
 
 use super::{RowStream, row_stream};
@@ -85,91 +89,174 @@ pub(super) fn with_encoding_hints(rows: RowStream) -> RowStream {
 
 /// A column's encoding choice (field metadata) that Lance cannot take.
 #[derive(Debug, thiserror::Error)]
-#[error("column {column:?}: field metadata {key} = {value:?} is not valid: it must be {expected}")]
+#[error("column {column:?}: field metadata {key} = {value:?} cannot be written: {why}")]
 pub struct InvalidEncoding {
+    /// The column's path (`tags.item` for a list's items), cut to [`SHOWN`] characters.
     pub column: String,
-    pub key: &'static str,
+    /// The key, cut to [`SHOWN`] characters.
+    pub key: String,
+    /// The value, cut to [`SHOWN`] characters.
     pub value: String,
-    pub expected: &'static str,
+    pub why: &'static str,
 }
 
-/// An encoding choice Lance reads from field metadata, and the values it accepts.
+/// How much of a client's column name, key or value an error repeats (a gRPC message is
+/// bounded; the client has the rest).
+const SHOWN: usize = 64;
+
+/// The prefix of the field metadata keys Lance's encoder reads.
+const ENCODING_PREFIX: &str = "lance-encoding:";
+
+/// An encoding choice Lance reads from field metadata, and the values lake lets through.
 struct Choice {
     key: &'static str,
-    expected: &'static str,
+    why: &'static str,
     accepts: fn(&str) -> bool,
 }
 
-/// The encoding choices Lance reads from field metadata, each with what it accepts (as Lance
-/// 14.0.2 parses it). A dictionary size ratio out of range or a maximum size that is no byte
-/// count panic inside its encoder; a compression it does not know fails the write half-way;
-/// the others it ignores when they do not parse.
+/// A compression level lake lets a table keep: every later write and compaction of the table
+/// pays for it (zstd at 22 writes a few MB/s), with no deadline on a write.
+fn modest_level(v: &str) -> bool {
+    v.parse::<i32>().is_ok_and(|level| (1..=9).contains(&level))
+}
+
+/// The encoding choices lake lets a client make, each with what it accepts (as Lance 14.0.2
+/// parses it). A dictionary size ratio out of range or a maximum size that is no byte count
+/// panic inside Lance's encoder; a compression or layout it does not know fails a write
+/// half-way, or only once a page takes that path (a later append, a compaction); the others it
+/// ignores when they do not parse. Any other `lance-encoding:` key is refused, and so are packed
+/// structs and blob columns (Lance fails on some of them at write time; lake reads neither).
 const CHOICES: &[Choice] = &[
     Choice {
         key: COMPRESSION_META_KEY,
-        expected: "one of none, fsst, zstd, lz4",
+        why: "it must be one of none, fsst, zstd, lz4",
         accepts: |v| v.parse::<CompressionScheme>().is_ok(),
     },
     Choice {
         key: COMPRESSION_LEVEL_META_KEY,
-        expected: "an integer",
-        accepts: |v| v.parse::<i32>().is_ok(),
+        why: "it must be an integer from 1 to 9",
+        accepts: modest_level,
     },
     Choice {
         key: RLE_THRESHOLD_META_KEY,
-        expected: "a number from 0 to 1",
+        why: "it must be a number from 0 to 1",
         accepts: |v| v.parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r)),
     },
     Choice {
         key: DICT_SIZE_RATIO_META_KEY,
-        expected: "a number above 0 and at most 1",
+        why: "it must be a number above 0 and at most 1",
         accepts: |v| v.parse::<f64>().is_ok_and(|r| r > 0.0 && r <= 1.0),
     },
     Choice {
         key: DICT_MAX_SIZE_META_KEY,
-        expected: "a byte count",
+        why: "it must be a byte count",
         accepts: |v| v.parse::<usize>().is_ok(),
     },
     Choice {
         key: DICT_DIVISOR_META_KEY,
-        expected: "a whole number",
+        why: "it must be a whole number",
         accepts: |v| v.parse::<u64>().is_ok(),
     },
     Choice {
+        key: DICT_VALUES_COMPRESSION_META_KEY,
+        why: "it must be one of none, lz4, zstd",
+        accepts: |v| matches!(v, "none" | "lz4" | "zstd"),
+    },
+    Choice {
+        key: DICT_VALUES_COMPRESSION_LEVEL_META_KEY,
+        why: "it must be an integer from 1 to 9",
+        accepts: modest_level,
+    },
+    Choice {
         key: MINICHUNK_SIZE_META_KEY,
-        expected: "a positive byte count",
+        why: "it must be a positive byte count",
         accepts: |v| v.parse::<i64>().is_ok_and(|n| n > 0),
     },
     Choice {
         key: BSS_META_KEY,
-        expected: "one of off, on, auto",
+        why: "it must be one of off, on, auto",
         accepts: |v| BssMode::parse(v).is_some(),
+    },
+    Choice {
+        key: STRUCTURAL_ENCODING_META_KEY,
+        why: "it must be miniblock or fullzip",
+        accepts: |v| {
+            let v = v.to_lowercase();
+            v == STRUCTURAL_ENCODING_MINIBLOCK || v == STRUCTURAL_ENCODING_FULLZIP
+        },
+    },
+    Choice {
+        key: PACKED_STRUCT_META_KEY,
+        why: "lake does not write Lance's packed structs",
+        accepts: |_| false,
+    },
+    Choice {
+        key: PACKED_STRUCT_LEGACY_META_KEY,
+        why: "lake does not write Lance's packed structs",
+        accepts: |_| false,
+    },
+    Choice {
+        key: BLOB_META_KEY,
+        why: "lake does not write Lance's blob columns",
+        accepts: |_| false,
     },
 ];
 
 /// Checks the encoding choices in the field metadata of a table's new schema, on every column
 /// and nested field, before anything is written.
 pub(super) fn check(schema: &Schema) -> Result<(), InvalidEncoding> {
-    for field in schema.flattened_fields() {
-        for &Choice {
-            key,
-            expected,
-            accepts,
-        } in CHOICES
-        {
-            if let Some(value) = field.metadata().get(key)
-                && !accepts(value)
-            {
-                return Err(InvalidEncoding {
-                    column: field.name().clone(),
-                    key,
-                    value: value.clone(),
-                    expected,
-                });
+    schema
+        .fields()
+        .iter()
+        .try_for_each(|field| check_field(field, field.name()))
+}
+
+fn check_field(field: &Field, path: &str) -> Result<(), InvalidEncoding> {
+    for (key, value) in field.metadata() {
+        let choice = CHOICES.iter().find(|c| c.key == key);
+        let why = match choice {
+            Some(choice) if (choice.accepts)(value) => continue,
+            Some(choice) => choice.why,
+            None if key.starts_with(ENCODING_PREFIX) => {
+                "it is no encoding choice Lance 14 reads (docs/storage.md lists them)"
             }
-        }
+            None => continue,
+        };
+        return Err(InvalidEncoding {
+            column: shown(path),
+            key: shown(key),
+            value: shown(value),
+            why,
+        });
     }
-    Ok(())
+    children(field.data_type())
+        .iter()
+        .try_for_each(|child| check_field(child, &format!("{path}.{}", child.name())))
+}
+
+/// The fields nested in a column of type `data_type`.
+fn children(data_type: &DataType) -> Vec<&Field> {
+    match data_type {
+        DataType::List(item)
+        | DataType::LargeList(item)
+        | DataType::ListView(item)
+        | DataType::LargeListView(item)
+        | DataType::FixedSizeList(item, _)
+        | DataType::Map(item, _) => vec![item.as_ref()],
+        DataType::Struct(fields) => fields.iter().map(AsRef::as_ref).collect(),
+        DataType::Union(fields, _) => fields.iter().map(|(_, f)| f.as_ref()).collect(),
+        DataType::Dictionary(_, value) => children(value),
+        DataType::RunEndEncoded(ends, values) => vec![ends.as_ref(), values.as_ref()],
+        _ => Vec::new(),
+    }
+}
+
+/// At most [`SHOWN`] characters of `text`.
+fn shown(text: &str) -> String {
+    match text.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -244,27 +331,42 @@ mod tests {
             ])
         };
         for (key, bad, good) in [
-            (COMPRESSION_META_KEY, "bogus", "zstd"),
-            (COMPRESSION_LEVEL_META_KEY, "high", "3"),
-            (RLE_THRESHOLD_META_KEY, "1.5", "0.25"),
-            (DICT_SIZE_RATIO_META_KEY, "5", "0.8"),
-            (DICT_SIZE_RATIO_META_KEY, "NaN", "1"),
-            (DICT_MAX_SIZE_META_KEY, "x", "65536"),
-            (DICT_DIVISOR_META_KEY, "-2", "2"),
-            (MINICHUNK_SIZE_META_KEY, "-5", "4096"),
-            (BSS_META_KEY, "sometimes", "auto"),
+            (COMPRESSION_META_KEY, "bogus", Some("zstd")),
+            (COMPRESSION_LEVEL_META_KEY, "22", Some("3")),
+            (RLE_THRESHOLD_META_KEY, "1.5", Some("0.25")),
+            (DICT_SIZE_RATIO_META_KEY, "5", Some("0.8")),
+            (DICT_SIZE_RATIO_META_KEY, "NaN", Some("1")),
+            (DICT_MAX_SIZE_META_KEY, "x", Some("65536")),
+            (DICT_DIVISOR_META_KEY, "-2", Some("2")),
+            (DICT_VALUES_COMPRESSION_META_KEY, "fsst", Some("lz4")),
+            (DICT_VALUES_COMPRESSION_LEVEL_META_KEY, "high", Some("9")),
+            (MINICHUNK_SIZE_META_KEY, "-5", Some("4096")),
+            (BSS_META_KEY, "sometimes", Some("auto")),
+            (STRUCTURAL_ENCODING_META_KEY, "sparse", Some("FullZip")),
+            (PACKED_STRUCT_META_KEY, "true", None),
+            (PACKED_STRUCT_LEGACY_META_KEY, "true", None),
+            (BLOB_META_KEY, "true", None),
+            ("lance-encoding:future", "anything", None),
         ] {
             let e = check(&with(key, bad)).expect_err(bad);
             assert_eq!(
-                (e.column.as_str(), e.key, e.value.as_str()),
-                ("item", key, bad)
+                (e.column.as_str(), e.key.as_str(), e.value.as_str()),
+                ("tags.item", key, bad)
             );
             let text = e.to_string();
-            assert!(text.contains(key) && text.contains("must be"), "{text}");
-            check(&with(key, good)).unwrap_or_else(|e| panic!("{key} = {good}: {e}"));
+            assert!(
+                text.contains(key) && text.contains("cannot be written"),
+                "{text}"
+            );
+            if let Some(good) = good {
+                check(&with(key, good)).unwrap_or_else(|e| panic!("{key} = {good}: {e}"));
+            }
         }
-        // Keys Lance does not read are the client's own business.
-        check(&with("lance-encoding:future", "anything")).unwrap();
+        // Metadata that is no encoding choice is the client's own business.
+        check(&with("owner", "finance")).unwrap();
+        // A long value is cut in the error (a gRPC message is bounded).
+        let e = check(&with(COMPRESSION_META_KEY, &"z".repeat(100_000))).unwrap_err();
+        assert!(e.to_string().len() < 400, "{e}");
     }
 
     #[tokio::test]

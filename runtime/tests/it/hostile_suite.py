@@ -136,7 +136,8 @@ def empty_create(table):
     reader.read()
     writer.close()
 for key, value in [("lance-encoding:dict-size-ratio", "5"), ("lance-encoding:dict-max-size", "x"),
-                   ("lance-encoding:compression", "bogus")]:
+                   ("lance-encoding:compression", "bogus"), ("lance-encoding:structural-encoding", "sparse"),
+                   ("lance-encoding:compresion", "zstd")]:
     with meta.cursor() as cur:
         try:
             cur.adbc_ingest("encoded", encoded(key, value, 50_000), mode="create", db_schema_name="sales")

@@ -24,12 +24,33 @@ fn exhausted(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     const EXHAUSTED: &str = "Resources exhausted: ";
     let text = e.to_string();
     let at = text.find(EXHAUSTED)?;
-    let message = &text[at + EXHAUSTED.len()..];
-    // … without the source location Lance appends (a path of the build machine).
-    Some(match message.rsplit_once(", ") {
-        Some((message, location)) if location.contains(".rs:") => message.to_owned(),
-        _ => message.to_owned(),
-    })
+    Some(without_locations(&text[at + EXHAUSTED.len()..]))
+}
+
+/// `text` without the source locations Lance appends to its errors (`…, /root/.cargo/registry/
+/// …/compression.rs:544:30`: paths of the build machine, nothing a client can act on).
+fn without_locations(text: &str) -> String {
+    text.split(", ")
+        .filter(|piece| !is_location(piece))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `path/to/file.rs:LINE[:COLUMN]`, a path without spaces.
+fn is_location(piece: &str) -> bool {
+    let Some((path, position)) = piece.rsplit_once(".rs:") else {
+        return false;
+    };
+    path.contains('/')
+        && !path.contains(char::is_whitespace)
+        && position
+            .split(':')
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// An internal error's text for the client, without the build machine's source locations.
+fn internal(e: impl std::fmt::Display) -> Status {
+    Status::internal(without_locations(&e.to_string()))
 }
 
 pub(super) fn engine(e: EngineError) -> Status {
@@ -79,7 +100,7 @@ pub(super) fn engine(e: EngineError) -> Status {
             }
             _ => Status::invalid_argument(format!("the rows could not be written: {e}")),
         },
-        other => Status::internal(other.to_string()),
+        other => internal(other),
     }
 }
 
@@ -102,7 +123,7 @@ pub(super) fn catalog(e: CatalogError) -> Status {
             "schema {ns} is being dropped by another statement; try again"
         )),
         CatalogError::Name(e) => Status::invalid_argument(e.to_string()),
-        other => Status::internal(other.to_string()),
+        other => internal(other),
     }
 }
 
@@ -117,7 +138,7 @@ pub(super) fn write(e: WriteError) -> Status {
         e @ WriteError::Mismatch { .. } => Status::invalid_argument(e.to_string()),
         e @ WriteError::SchemaNotEmpty { .. } => Status::failed_precondition(e.to_string()),
         WriteError::Plan(e) => super::sql::status(e),
-        other => Status::internal(other.to_string()),
+        other => internal(other),
     }
 }
 
@@ -152,6 +173,35 @@ mod tests {
         let status = engine(lost);
         assert_eq!(status.code(), tonic::Code::Aborted, "{status:?}");
         assert!(status.message().contains("try again"), "{status:?}");
+    }
+
+    /// Lance's errors end with the source location that raised them, a path on the machine
+    /// that built the server: a client is told the error without it.
+    #[test]
+    fn an_internal_error_names_no_source_location() {
+        let table = TableRef::new(
+            NamespaceName::parse("s").unwrap(),
+            TableName::parse("t").unwrap(),
+        );
+        let failed = EngineError::Lance {
+            operation: "create",
+            table,
+            source: lance::Error::invalid_input("Unknown compression scheme: bogus, zstd, lz4"),
+        };
+        assert!(failed.to_string().contains(".rs:"), "{failed}");
+        let status = engine(failed);
+        assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+        assert!(!status.message().contains(".rs:"), "{status:?}");
+        assert!(
+            status
+                .message()
+                .ends_with("Unknown compression scheme: bogus, zstd, lz4"),
+            "{status:?}"
+        );
+        assert!(!is_location("see docs/x.rs: 12"));
+        assert!(is_location(
+            "/home/u/.cargo/registry/src/lance-14/src/a.rs:12:5"
+        ));
     }
 
     /// A create or drop refused because another drop holds the schema's mark may succeed when

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod flight;
 pub mod maintain;
 pub mod manifest;
+mod nested;
 pub mod provision;
 pub mod selftest;
 pub mod sql_client;

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
+use arrow::datatypes::{Field, Fields, Schema, SchemaRef};
 use futures::StreamExt;
 use lance_encoding::compression_config::BssMode;
 use lance_encoding::constants::{
@@ -24,41 +24,37 @@ use lance_encoding::constants::{
     PACKED_STRUCT_META_KEY, RLE_THRESHOLD_META_KEY, STRUCTURAL_ENCODING_FULLZIP,
     STRUCTURAL_ENCODING_META_KEY, STRUCTURAL_ENCODING_MINIBLOCK,
 };
-/// Lance's mark of a blob column (lance-arrow's `BLOB_META_KEY`).
-const BLOB_META_KEY: &str = "lance-encoding:blob";
 use lance_encoding::encodings::physical::block::CompressionScheme;
 
 use super::{RowStream, row_stream};
+
+/// Lance's mark of a blob column (lance-arrow's `BLOB_META_KEY`).
+const BLOB_META_KEY: &str = "lance-encoding:blob";
 
 /// The share of runs below which Lance prices run-length encoding for a page: Lance's own
 /// default (`DEFAULT_RLE_COMPRESSION_THRESHOLD` in lance-encoding), which it applies only when a
 /// field asks. A page of 8-byte values with more runs than half its values gains little from
 /// run lengths, and bit-packing usually beats them there.
-pub(super) const RLE_THRESHOLD: &str = "0.5";
+const RLE_THRESHOLD: &str = "0.5";
 
 /// `schema` with [`RLE_THRESHOLD`] on every fixed-width column without a threshold of its own,
 /// or `None` when no column takes it.
 fn hinted(schema: &Schema) -> Option<SchemaRef> {
-    if !schema.fields().iter().any(|f| takes_hint(f)) {
-        return None;
-    }
+    let mut hinted = false;
     let fields: Fields = schema
         .fields()
         .iter()
         .map(|field| {
-            if takes_hint(field) {
-                let mut metadata = field.metadata().clone();
-                metadata.insert(RLE_THRESHOLD_META_KEY.to_owned(), RLE_THRESHOLD.to_owned());
-                Arc::new(field.as_ref().clone().with_metadata(metadata))
-            } else {
-                field.clone()
+            if !takes_hint(field) {
+                return field.clone();
             }
+            hinted = true;
+            let mut metadata = field.metadata().clone();
+            metadata.insert(RLE_THRESHOLD_META_KEY.to_owned(), RLE_THRESHOLD.to_owned());
+            Arc::new(field.as_ref().clone().with_metadata(metadata))
         })
         .collect();
-    Some(Arc::new(Schema::new_with_metadata(
-        fields,
-        schema.metadata().clone(),
-    )))
+    hinted.then(|| Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))
 }
 
 /// Values Lance may run-length encode (8 to 64 bits wide), with no threshold chosen by the client.
@@ -229,26 +225,9 @@ fn check_field(field: &Field, path: &str) -> Result<(), InvalidEncoding> {
             why,
         });
     }
-    children(field.data_type())
-        .iter()
+    crate::nested::fields(field.data_type())
+        .into_iter()
         .try_for_each(|child| check_field(child, &format!("{path}.{}", child.name())))
-}
-
-/// The fields nested in a column of type `data_type`.
-fn children(data_type: &DataType) -> Vec<&Field> {
-    match data_type {
-        DataType::List(item)
-        | DataType::LargeList(item)
-        | DataType::ListView(item)
-        | DataType::LargeListView(item)
-        | DataType::FixedSizeList(item, _)
-        | DataType::Map(item, _) => vec![item.as_ref()],
-        DataType::Struct(fields) => fields.iter().map(AsRef::as_ref).collect(),
-        DataType::Union(fields, _) => fields.iter().map(|(_, f)| f.as_ref()).collect(),
-        DataType::Dictionary(_, value) => children(value),
-        DataType::RunEndEncoded(ends, values) => vec![ends.as_ref(), values.as_ref()],
-        _ => Vec::new(),
-    }
 }
 
 /// At most [`SHOWN`] characters of `text`.

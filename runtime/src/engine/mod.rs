@@ -539,6 +539,19 @@ impl WriteEngine {
         mode: WriteMode,
         rows: RowStream,
     ) -> Result<Staged, EngineError> {
+        // A table's schema is written only here (an append takes the table's): this is where
+        // its columns' encoding choices are checked, before waiting for the table's lock, and
+        // get their hints.
+        let rows = match mode {
+            WriteMode::Create | WriteMode::Overwrite => {
+                encoding::check(&rows.schema()).map_err(|source| EngineError::Encoding {
+                    table: table.clone(),
+                    source,
+                })?;
+                encoding::with_encoding_hints(rows)
+            }
+            WriteMode::Append => rows,
+        };
         let guard = self.lock(table).await;
         let operation = match mode {
             WriteMode::Create => "create",
@@ -553,18 +566,6 @@ impl WriteEngine {
         }
         let uri = self.engine.warehouse.uri(table);
         let params = self.engine.write_params(table, mode);
-        // A table's schema is written only here (an append takes the table's): this is where
-        // its columns get their encoding hints.
-        let rows = match mode {
-            WriteMode::Create | WriteMode::Overwrite => {
-                encoding::check(&rows.schema()).map_err(|source| EngineError::Encoding {
-                    table: table.clone(),
-                    source,
-                })?;
-                encoding::with_encoding_hints(rows)
-            }
-            WriteMode::Append => rows,
-        };
         let (rows, count, failure) = counted(rows);
         let transaction = InsertBuilder::new(uri.as_str())
             .with_params(&params)

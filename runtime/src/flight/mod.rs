@@ -20,7 +20,6 @@ mod ingress;
 mod ipc;
 mod limits;
 mod modulo;
-mod nested;
 mod options;
 mod plans;
 mod prepared;

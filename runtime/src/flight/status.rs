@@ -157,17 +157,20 @@ mod tests {
     use crate::catalog::{NamespaceName, TableName};
     use crate::engine::TableRef;
 
+    fn table() -> TableRef {
+        TableRef::new(
+            NamespaceName::parse("s").unwrap(),
+            TableName::parse("t").unwrap(),
+        )
+    }
+
     /// A commit that lost to another past Lance's retries is ABORTED (send it again), not an
     /// internal error.
     #[test]
     fn a_lost_commit_is_aborted_and_says_to_try_again() {
-        let table = TableRef::new(
-            NamespaceName::parse("s").unwrap(),
-            TableName::parse("t").unwrap(),
-        );
         let lost = EngineError::Lance {
             operation: "create an index on",
-            table,
+            table: table(),
             source: lance::Error::commit_conflict_source(7, "a compaction came first".into()),
         };
         let status = engine(lost);
@@ -179,13 +182,9 @@ mod tests {
     /// that built the server: a client is told the error without it.
     #[test]
     fn an_internal_error_names_no_source_location() {
-        let table = TableRef::new(
-            NamespaceName::parse("s").unwrap(),
-            TableName::parse("t").unwrap(),
-        );
         let failed = EngineError::Lance {
             operation: "create",
-            table,
+            table: table(),
             source: lance::Error::invalid_input("Unknown compression scheme: bogus, zstd, lz4"),
         };
         assert!(failed.to_string().contains(".rs:"), "{failed}");

@@ -741,7 +741,7 @@ fn check_fixed_width(data_type: &DataType, budget: &Budget) -> Result<()> {
 /// The widest fixed-size value anywhere in `data_type` (`List(FixedSizeList(2^31, Int64))`
 /// allocates one 16 GiB element per non-empty row).
 fn widest_fixed(data_type: &DataType) -> Option<i64> {
-    let nested = super::nested::children(data_type)
+    let nested = crate::nested::children(data_type)
         .into_iter()
         .filter_map(widest_fixed)
         .max();

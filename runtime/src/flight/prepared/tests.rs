@@ -73,20 +73,28 @@ impl Endpoint {
             .unwrap();
     }
 
-    /// The plan `sql` with `values` bound comes to, as its DoGet would receive it.
-    async fn shown_plan(&self, sql: &str, values: Vec<ScalarValue>) -> String {
-        let ctx = self.session(1 << 30);
-        let planned = self
-            .prepared
+    /// `sql` with `values` bound, planned in `ctx` as a prepared read's execution plans it.
+    async fn planned(
+        &self,
+        ctx: &SessionContext,
+        sql: &str,
+        values: Vec<ScalarValue>,
+    ) -> Result<Statement, Status> {
+        self.prepared
             .plan(
                 self.engine().reader(),
-                &ctx,
+                ctx,
                 sql,
                 Some(values),
                 &SessionOptions::default(),
             )
             .await
-            .unwrap();
+    }
+
+    /// The plan `sql` with `values` bound comes to, as its DoGet would receive it.
+    async fn shown_plan(&self, sql: &str, values: Vec<ScalarValue>) -> String {
+        let ctx = self.session(1 << 30);
+        let planned = self.planned(&ctx, sql, values).await.unwrap();
         let Statement::Read(read) = planned else {
             panic!("{sql}: not a read");
         };
@@ -101,16 +109,7 @@ impl Endpoint {
         values: Vec<ScalarValue>,
     ) -> Result<Vec<RecordBatch>, Status> {
         let ctx = self.session(bytes);
-        let planned = self
-            .prepared
-            .plan(
-                self.engine().reader(),
-                &ctx,
-                sql,
-                Some(values),
-                &SessionOptions::default(),
-            )
-            .await?;
+        let planned = self.planned(&ctx, sql, values).await?;
         let Statement::Read(ReadPlan::Optimized(plan)) = planned else {
             panic!("{sql}: not a prepared read optimized before it was bound: {planned:?}");
         };

@@ -359,7 +359,7 @@ fn views(input: &Arc<dyn ExecutionPlan>) -> bool {
 /// Whether `data_type` is or holds a string or binary view.
 fn holds_views(data_type: &DataType) -> bool {
     matches!(data_type, DataType::Utf8View | DataType::BinaryView)
-        || super::nested::children(data_type)
+        || crate::nested::children(data_type)
             .into_iter()
             .any(holds_views)
 }

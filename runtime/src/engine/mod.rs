@@ -3,6 +3,7 @@
 
 mod encoding;
 mod index;
+mod local_reads;
 mod maintain;
 mod pinned;
 mod restore;
@@ -272,30 +273,48 @@ pub struct Engine {
     session: Arc<Session>,
 }
 
+/// How an engine reads local table files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LocalReads {
+    /// Lance's own local store: every read on a blocking thread. Writers keep it (their
+    /// writes, copies and removals are Lance's local file code).
+    Lance,
+    /// Reads the page cache holds on the calling thread (`local_reads.rs`): readers.
+    CachedFirst,
+}
+
 /// An engine's Lance session: its caches of manifests, file metadata and indices.
-fn new_session() -> Arc<Session> {
+fn new_session(reads: LocalReads) -> Arc<Session> {
+    let registry = ObjectStoreRegistry::default();
+    if reads == LocalReads::CachedFirst {
+        registry.insert("file", Arc::new(local_reads::CachedFirstProvider));
+    }
     Arc::new(Session::new(
         INDEX_CACHE_BYTES,
         METADATA_CACHE_BYTES,
-        Arc::new(ObjectStoreRegistry::default()),
+        Arc::new(registry),
     ))
 }
 
 impl Engine {
-    fn with_store(warehouse: Warehouse, store: Arc<dyn ExternalManifestStore>) -> Self {
+    fn with_store(
+        warehouse: Warehouse,
+        store: Arc<dyn ExternalManifestStore>,
+        reads: LocalReads,
+    ) -> Self {
         let handler = Arc::new(ExternalManifestCommitHandler {
             external_manifest_store: store,
         });
         Self {
             warehouse,
             handler,
-            session: new_session(),
+            session: new_session(reads),
         }
     }
 
     /// A read-only engine: its commit handler cannot write a manifest row.
     pub fn read_only(warehouse: Warehouse, manifests: ReadOnlyManifestStore) -> Self {
-        Self::with_store(warehouse, Arc::new(manifests))
+        Self::with_store(warehouse, Arc::new(manifests), LocalReads::CachedFirst)
     }
 
     pub fn warehouse(&self) -> &Warehouse {
@@ -318,7 +337,7 @@ impl Engine {
         Self {
             warehouse,
             handler: Arc::new(pinned::PinnedReads),
-            session: new_session(),
+            session: new_session(LocalReads::CachedFirst),
         }
     }
 
@@ -430,7 +449,7 @@ impl std::ops::Deref for WriteEngine {
 impl WriteEngine {
     pub fn new(warehouse: Warehouse, manifests: ManifestStore) -> Self {
         Self {
-            engine: Engine::with_store(warehouse, Arc::new(manifests.clone())),
+            engine: Engine::with_store(warehouse, Arc::new(manifests.clone()), LocalReads::Lance),
             manifests,
             locks: Arc::default(),
         }

@@ -5,21 +5,27 @@
 //! the page cache — the two thread switches per read cost many times the copy: in profiles of
 //! the query process they were a third of a search's CPU. The readers' engines (query, workers)
 //! open local tables through this store instead: a read of up to [`INLINE_MAX`] bytes is first
-//! tried on the calling thread with `RWF_NOWAIT`, which copies from the page cache or refuses
-//! without touching the disk, so a worker thread never waits for a device. A refused, larger or
-//! unusual read goes to a blocking thread as before; anything this store does not answer itself
-//! (conditional gets, open ranges, listings, writes) is object_store's `LocalFileSystem`.
+//! tried on the calling thread: the file opened only if its path resolves from the kernel's
+//! caches (`openat2` with `RESOLVE_CACHED`, non-blocking, so a FIFO cannot hold the thread
+//! either) and read with `RWF_NOWAIT`, which copies from the page cache or refuses without
+//! touching the disk — a worker thread never waits for a device. A refused, larger or unusual
+//! read goes to a blocking thread as before; a file system that cannot refuse (`EOPNOTSUPP`:
+//! NFS, FUSE) is not asked again. Anything this store does not answer itself (conditional gets,
+//! open ranges, listings, writes) is object_store's `LocalFileSystem`.
 //!
-//! No file handle is kept between reads: a path can name another file after a table is dropped
-//! and created again, and a kept handle would read the old one.
+//! The store is shared by every reader and knows only paths, so each read opens its file (a
+//! cache of handles keyed by path could read a file a dropped table left behind: Lance's io_uring
+//! reader's flaw). As on S3, a file removed while a statement reads it is then not found; data,
+//! index and deletion files have unique names and are removed only outside the retention.
 
 use std::fmt;
 use std::fs::{File, Metadata};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{ErrorKind, Read, Seek, SeekFrom};
 use std::ops::Range;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -76,9 +82,20 @@ impl ObjectStoreProvider for CachedFirstProvider {
 }
 
 /// The local file system, with plain reads of a range or a whole file served by [`read`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CachedFirst {
     local: LocalFileSystem,
+    /// Whether reads are tried without waiting: until the file system says it cannot.
+    nowait: AtomicBool,
+}
+
+impl Default for CachedFirst {
+    fn default() -> Self {
+        Self {
+            local: LocalFileSystem::new(),
+            nowait: AtomicBool::new(cfg!(target_os = "linux")),
+        }
+    }
 }
 
 impl fmt::Display for CachedFirst {
@@ -90,54 +107,149 @@ impl fmt::Display for CachedFirst {
 /// How a read may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
-    /// Only what the page cache holds; anything else is refused (`RWF_NOWAIT`).
+    /// Only for what the kernel's caches hold: anything else is left to [`Wait::Blocking`].
     Never,
     /// For the device, on a blocking thread.
     Blocking,
 }
 
-/// What `wanted` names of the file at `path`: its bytes, the range they are and the file's
-/// metadata; `None` when the read is not for this store (a range past the end, not a regular
-/// file, an error of any kind, or with [`Wait::Never`] a larger read or bytes not all cached):
-/// the caller then asks `LocalFileSystem`, whose answer (and error) is the canonical one.
-fn read(
-    path: &std::path::Path,
-    wanted: &Wanted,
-    wait: Wait,
-) -> Option<(Bytes, Range<u64>, Metadata)> {
-    let file = File::open(path).ok()?;
-    let meta = file.metadata().ok()?;
-    if !meta.is_file() {
-        return None;
-    }
-    let range = wanted.within(meta.len())?;
-    let len = usize::try_from(range.end - range.start).ok()?;
-    let buf = match wait {
-        // Read into spare capacity: zeroing a large buffer first would cost a second pass.
-        Wait::Blocking => {
-            let mut buf = Vec::with_capacity(len);
-            let mut file = file;
-            file.seek(SeekFrom::Start(range.start)).ok()?;
-            file.take(len as u64).read_to_end(&mut buf).ok()?;
-            buf
-        }
-        Wait::Never => {
-            let mut buf = vec![0u8; len];
-            if len as u64 > INLINE_MAX || read_cached(&file, &mut buf, range.start)? != len {
-                return None;
-            }
-            buf
-        }
-    };
-    (buf.len() == len).then(|| (Bytes::from(buf), range, meta))
+/// What a read came to.
+#[derive(Debug)]
+enum Outcome {
+    /// The bytes, the range they are and the file's metadata.
+    Read(Bytes, Range<u64>, Metadata),
+    /// The answer is an error: the file does not exist, or the range ends past it (Lance's own
+    /// reader fails such a read rather than return fewer bytes).
+    Failed(object_store::Error),
+    /// Not answered here: with [`Wait::Never`] it would have waited; otherwise it is for
+    /// `LocalFileSystem` (not a regular file, an unusual error), whose answer is canonical.
+    Elsewhere,
+    /// As `Elsewhere`, and this file system cannot refuse to wait: do not ask it again.
+    Unsupported,
 }
 
-/// One `preadv2` with `RWF_NOWAIT`: the bytes read, `None` if it would have waited for the
-/// device (or the file system cannot say).
+/// Reads `wanted` of the file at `path` (named `location` in errors).
+fn read(path: &std::path::Path, location: &Path, wanted: &Wanted, wait: Wait) -> Outcome {
+    let opened = match wait {
+        Wait::Never => open_cached(path),
+        Wait::Blocking => std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path),
+    };
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Outcome::Failed(object_store::Error::NotFound {
+                path: location.to_string(),
+                source: e.into(),
+            });
+        }
+        Err(e) if unsupported(&e) => return Outcome::Unsupported,
+        Err(_) => return Outcome::Elsewhere,
+    };
+    let Ok(meta) = file.metadata() else {
+        return Outcome::Elsewhere;
+    };
+    if !meta.is_file() {
+        return Outcome::Elsewhere;
+    }
+    let Some(range) = wanted.within(meta.len()) else {
+        let e = std::io::Error::new(
+            ErrorKind::UnexpectedEof,
+            format!(
+                "{wanted:?} is past the end of {location} ({} bytes)",
+                meta.len()
+            ),
+        );
+        return Outcome::Failed(object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: e.into(),
+        });
+    };
+    let len = range.end - range.start;
+    let Ok(size) = usize::try_from(len) else {
+        return Outcome::Elsewhere;
+    };
+    match wait {
+        Wait::Never => {
+            if len > INLINE_MAX {
+                return Outcome::Elsewhere;
+            }
+            let mut buf = vec![0u8; size];
+            match read_cached(&file, &mut buf, range.start) {
+                Ok(read) if read == size => Outcome::Read(Bytes::from(buf), range, meta),
+                Err(e) if unsupported(&e) => Outcome::Unsupported,
+                _ => Outcome::Elsewhere,
+            }
+        }
+        // Into spare capacity: zeroing a large buffer first would cost a second pass.
+        Wait::Blocking => {
+            let mut buf = Vec::with_capacity(size);
+            let mut file = file;
+            let read = file
+                .seek(SeekFrom::Start(range.start))
+                .and_then(|_| file.take(len).read_to_end(&mut buf));
+            match read {
+                Ok(read) if read == size => Outcome::Read(Bytes::from(buf), range, meta),
+                _ => Outcome::Elsewhere,
+            }
+        }
+    }
+}
+
+/// An error saying the kernel or file system cannot do a read without waiting at all.
+fn unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
+    )
+}
+
+/// Opens `path` read-only if the kernel resolves it from its caches alone (`openat2` with
+/// `RESOLVE_CACHED`, Linux 5.12; `EAGAIN` otherwise), non-blocking.
 #[cfg(target_os = "linux")]
-fn read_cached(file: &File, buf: &mut [u8], offset: u64) -> Option<usize> {
+fn open_cached(path: &std::path::Path) -> std::io::Result<File> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    /// The kernel's `struct open_how`, first version (libc's is non-exhaustive).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_CACHED,
+    };
+    // SAFETY: `path` is NUL-terminated and `how` a valid `open_how` of the size passed; both
+    // outlive the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = std::os::fd::RawFd::try_from(fd).map_err(std::io::Error::other)?;
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// One `preadv2` with `RWF_NOWAIT`: the bytes read (fewer, or `EAGAIN`, when some were not
+/// cached).
+#[cfg(target_os = "linux")]
+fn read_cached(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
-    let offset = libc::off_t::try_from(offset).ok()?;
+    let offset = libc::off_t::try_from(offset).map_err(std::io::Error::other)?;
     let iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -145,13 +257,18 @@ fn read_cached(file: &File, buf: &mut [u8], offset: u64) -> Option<usize> {
     // SAFETY: `iov` describes `buf`, which is valid for writes of its length and outlives the
     // call; the descriptor is open for the duration of `file`'s borrow.
     let read = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
-    usize::try_from(read).ok()
+    usize::try_from(read).map_err(|_| std::io::Error::last_os_error())
 }
 
-/// Elsewhere no read can be refused rather than wait: every read goes to a blocking thread.
+/// Elsewhere nothing can be read without waiting: every read goes to a blocking thread.
 #[cfg(not(target_os = "linux"))]
-fn read_cached(_file: &File, _buf: &mut [u8], _offset: u64) -> Option<usize> {
-    None
+fn open_cached(_path: &std::path::Path) -> std::io::Result<File> {
+    Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_cached(_file: &File, _buf: &mut [u8], _offset: u64) -> std::io::Result<usize> {
+    Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
 }
 
 /// What `LocalFileSystem` would say of the file: its e-tag is inode, mtime and size.
@@ -236,16 +353,33 @@ impl Wanted {
 }
 
 impl CachedFirst {
-    async fn read(&self, location: &Path, wanted: Wanted) -> Option<GetResult> {
+    /// `wanted` of `location`: `None` for `LocalFileSystem` to answer.
+    async fn read(
+        &self,
+        location: &Path,
+        wanted: Wanted,
+    ) -> Option<object_store::Result<GetResult>> {
         let path: PathBuf = self.local.path_to_filesystem(location).ok()?;
-        let read = match wanted.small().then(|| read(&path, &wanted, Wait::Never)) {
-            Some(Some(read)) => read,
-            _ => tokio::task::spawn_blocking(move || read(&path, &wanted, Wait::Blocking))
-                .await
-                .ok()??,
-        };
-        let (bytes, range, meta) = read;
-        Some(answer(location, range, bytes, &meta))
+        let mut outcome = Outcome::Elsewhere;
+        if wanted.small() && self.nowait.load(Ordering::Relaxed) {
+            outcome = read(&path, location, &wanted, Wait::Never);
+            if matches!(outcome, Outcome::Unsupported) {
+                self.nowait.store(false, Ordering::Relaxed);
+            }
+        }
+        if matches!(outcome, Outcome::Elsewhere | Outcome::Unsupported) {
+            let location = location.clone();
+            outcome = tokio::task::spawn_blocking(move || {
+                read(&path, &location, &wanted, Wait::Blocking)
+            })
+            .await
+            .ok()?;
+        }
+        match outcome {
+            Outcome::Read(bytes, range, meta) => Some(Ok(answer(location, range, bytes, &meta))),
+            Outcome::Failed(e) => Some(Err(e)),
+            Outcome::Elsewhere | Outcome::Unsupported => None,
+        }
     }
 }
 
@@ -259,7 +393,7 @@ impl ObjectStore for CachedFirst {
         if let Some(wanted) = Wanted::of(&options)
             && let Some(result) = self.read(location, wanted).await
         {
-            return Ok(result);
+            return result;
         }
         self.local.get_opts(location, options).await
     }
@@ -325,9 +459,46 @@ impl ObjectStore for CachedFirst {
 
 #[cfg(test)]
 mod tests {
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::record_batch::RecordBatch;
     use object_store::ObjectStoreExt;
 
     use super::*;
+    use crate::catalog::{NamespaceName, TableName};
+    use crate::engine::{Engine, TableRef, Warehouse, WriteEngine, rows_of};
+    use crate::manifest::{ManifestStore, ReadOnlyManifestStore};
+    use crate::store::EmbeddedStore;
+
+    /// The query process's and a worker's engines read local tables through this store; a
+    /// writer keeps Lance's own local reader (and writer).
+    #[tokio::test]
+    async fn readers_read_local_tables_through_this_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = Arc::new(EmbeddedStore::open(&dir.path().join("manifests.redb"), true).unwrap());
+        let warehouse = Warehouse::Local(dir.path().join("warehouse"));
+        let writer = WriteEngine::new(warehouse.clone(), ManifestStore::new(kv.clone()));
+        let t = TableRef::new(
+            NamespaceName::parse("s").unwrap(),
+            TableName::parse("t").unwrap(),
+        );
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let ids = Int64Array::from_iter_values(0..100_000);
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(ids)]).unwrap();
+        writer
+            .create_stream(&t, rows_of(schema, vec![batch]))
+            .await
+            .unwrap();
+        let query = Engine::read_only(warehouse.clone(), ReadOnlyManifestStore::new(kv));
+        let worker = Engine::pinned(warehouse);
+        for (engine, prefix) in [(&*writer, "file"), (&query, PREFIX), (&worker, PREFIX)] {
+            let dataset = engine.open(&t, Some(1)).await.unwrap();
+            let store = dataset.object_store(None).await.unwrap();
+            assert_eq!(store.store_prefix, prefix);
+            let rows = dataset.scan().try_into_batch().await.unwrap();
+            assert_eq!(rows.num_rows(), 100_000);
+        }
+    }
 
     fn store_and_file(bytes: &[u8]) -> (CachedFirst, tempfile::TempDir, Path) {
         let dir = tempfile::tempdir().unwrap();
@@ -365,15 +536,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_read_past_the_end_or_of_a_missing_file_fails_as_the_local_file_system_does() {
+    async fn a_read_past_the_end_or_of_a_missing_file_fails() {
         let (store, dir, location) = store_and_file(b"0123456789");
-        let local = LocalFileSystem::new();
-        // Past the end: object_store clamps a range that starts inside the file.
-        let ours = store.get_range(&location, 5..20).await.unwrap();
-        assert_eq!(ours, local.get_range(&location, 5..20).await.unwrap());
-        let ours = store.get_range(&location, 20..30).await.unwrap_err();
-        let theirs = local.get_range(&location, 20..30).await.unwrap_err();
-        assert_eq!(ours.to_string(), theirs.to_string());
+        // Past the end: refused, as Lance's own local reader refuses it (object_store would
+        // return the bytes there are, and a reader trusting a stale size would take them).
+        for range in [5..20, 20..30] {
+            let e = store.get_range(&location, range.clone()).await.unwrap_err();
+            assert!(e.to_string().contains("past the end"), "{range:?}: {e}");
+        }
+        assert_eq!(store.get_range(&location, 5..10).await.unwrap(), "56789");
 
         let missing = Path::from_absolute_path(dir.path().join("gone.lance")).unwrap();
         let ours = store.get_range(&missing, 0..4).await.unwrap_err();
@@ -386,20 +557,33 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_cached_range_is_read_on_the_calling_thread() {
-        let (_store, dir, _location) = store_and_file(b"just written, so in the page cache");
+        let (_store, dir, location) = store_and_file(b"just written, so in the page cache");
         let path = dir.path().join("data.lance");
-        let (bytes, range, meta) = read(&path, &Wanted::Range(5..12), Wait::Never)
-            .expect("RWF_NOWAIT reads of cached pages work on this file system");
+        let read = |wanted| read(&path, &location, &wanted, Wait::Never);
+        let Outcome::Read(bytes, range, meta) = read(Wanted::Range(5..12)) else {
+            panic!("openat2(RESOLVE_CACHED) and preadv2(RWF_NOWAIT) work on this file system");
+        };
         assert_eq!(
             (bytes, range, meta.len()),
             (Bytes::from("written"), 5..12, 34)
         );
-        let (whole, ..) = read(&path, &Wanted::Whole, Wait::Never).unwrap();
-        assert_eq!(whole.len(), 34);
+        assert!(matches!(read(Wanted::Whole), Outcome::Read(whole, ..) if whole.len() == 34));
         assert!(
-            read(&path, &Wanted::Range(30..40), Wait::Never).is_none(),
+            matches!(read(Wanted::Range(30..40)), Outcome::Failed(_)),
             "past the end"
         );
+        // Neither a FIFO nor a directory holds the thread: they are for LocalFileSystem.
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for path in [fifo, dir.path().to_owned()] {
+            let outcome = super::read(&path, &location, &Wanted::Range(0..4), Wait::Never);
+            assert!(
+                matches!(outcome, Outcome::Elsewhere),
+                "{path:?}: {outcome:?}"
+            );
+        }
     }
 
     #[tokio::test]

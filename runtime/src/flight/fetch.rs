@@ -11,14 +11,16 @@ use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::{Any, Command};
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use prost::Message as _;
+use tokio::sync::OwnedSemaphorePermit;
 use tonic::{Request, Response, Status};
 
 use super::handle::Handle;
 use super::ipc::{Message, Messages};
 use super::options::SessionOptions;
-use super::plans::PlanCache;
+use super::plans::{PlanCache, Run, Started, Waiting};
 use super::prepared::ReadPlan;
 use super::service::LakeFlightSql;
 use super::sql;
@@ -28,7 +30,8 @@ use super::wire::to_wire;
 pub(super) type DoGetStream =
     Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
 
-type FlightBatches = futures::stream::BoxStream<'static, Result<RecordBatch, FlightError>>;
+pub(super) type FlightBatches =
+    futures::stream::BoxStream<'static, Result<RecordBatch, FlightError>>;
 
 impl LakeFlightSql {
     /// DoGet: a statement's rows as messages that reference their batches' buffers; any other
@@ -80,6 +83,12 @@ impl LakeFlightSql {
         handle: Handle,
         options: &SessionOptions,
     ) -> Result<Response<Messages>, Status> {
+        // A statement its GetFlightInfo started holds its slot and deadline already.
+        if let Handle::Planned { id, .. } = &handle
+            && let Some((started, run)) = self.plans.start_started(*id)?
+        {
+            return Ok(redeemed(started, run));
+        }
         // The plan GetFlightInfo made, or (redeemed before, expired, another process) the
         // statement planned again. A planned statement is registered as running from here on,
         // so a CancelFlightInfo while it plans or executes still stops it.
@@ -95,15 +104,57 @@ impl LakeFlightSql {
             }
             _ => (None, None),
         };
-        let (ctx, plan) = match kept {
-            Some(kept) => kept,
-            None => {
-                self.governor
+        let (ctx, plan, run) = match (kept, run) {
+            (Some(Waiting::Started(started)), Some(run)) => return Ok(redeemed(started, run)),
+            (Some(Waiting::Plan(ctx, plan)), run) => (ctx, *plan, run),
+            (_, run) => {
+                let (ctx, plan) = self
+                    .governor
                     .until(deadline, self.plan_read(handle, options))
-                    .await?
+                    .await?;
+                (ctx, plan, run)
             }
         };
-        // A kept plan's functions count their time from this DoGet.
+        let (schema, wire) = self.rows(ctx, plan, deadline, slot).await?;
+        let wire = match run {
+            Some(run) => PlanCache::cancellable(run, wire),
+            None => wire,
+        };
+        Ok(Response::new(super::ipc::encode(schema, wire)))
+    }
+
+    /// Starts `plan` (made in `ctx`, its rows of `schema`) now, in `slot`, for the DoGet of
+    /// the ticket its GetFlightInfo returns; the id of the started statement (`plans.rs`).
+    /// It is planned and executed in a task of its own; an error reaches that DoGet.
+    pub(super) fn start_early(
+        &self,
+        ctx: SessionContext,
+        plan: ReadPlan,
+        schema: SchemaRef,
+        slot: OwnedSemaphorePermit,
+    ) -> u64 {
+        let deadline = self.governor.deadline();
+        let this = self.clone();
+        let rows = stream::once(async move { this.rows(ctx, plan, deadline, slot).await })
+            .flat_map(|rows| match rows {
+                Ok((_, rows)) => rows,
+                Err(status) => stream::iter([Err(FlightError::Tonic(Box::new(status)))]).boxed(),
+            })
+            .boxed();
+        self.plans.started(schema, rows)
+    }
+
+    /// The rows of `plan` (made in `ctx`) as they are sent, with their schema: executed in
+    /// `slot` until `deadline`, each batch cast to its wire schema and cut to the query's
+    /// budget. Dropping the stream stops the work and frees the slot.
+    pub(super) async fn rows(
+        &self,
+        ctx: SessionContext,
+        plan: ReadPlan,
+        deadline: tokio::time::Instant,
+        slot: OwnedSemaphorePermit,
+    ) -> Result<(SchemaRef, FlightBatches), Status> {
+        // A kept plan's functions count their time from its execution.
         super::bounded::rearm(&ctx, deadline.into_std());
         let ctx = self.distribute(ctx, plan.plan());
         let unbound = plan.plan().get_parameter_fields().map_err(sql::status)?;
@@ -172,13 +223,17 @@ impl LakeFlightSql {
             .map_ok(|slices| stream::iter(slices.into_iter().map(Ok)))
             .try_flatten()
             .boxed();
-        let wire = match run {
-            Some(run) => PlanCache::cancellable(run, wire),
-            None => wire,
-        };
-        let wire = with_deadline(wire, deadline, limit, slot);
-        Ok(Response::new(super::ipc::encode(schema, wire)))
+        Ok((schema, with_deadline(wire, deadline, limit, slot)))
     }
+}
+
+/// The DoGet of a statement its GetFlightInfo started.
+fn redeemed(started: Started, run: Run) -> Response<Messages> {
+    let schema = started.schema.clone();
+    Response::new(super::ipc::encode(
+        schema,
+        PlanCache::cancellable(run, started.rows()),
+    ))
 }
 
 /// `batch` as it is sent, in slices (no copies) that each copy at most half the query's

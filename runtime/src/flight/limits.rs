@@ -199,6 +199,17 @@ impl Governor {
         })
     }
 
+    /// A slot for a statement started before its DoGet asks for it (`plans.rs`), only while
+    /// more than half the endpoint's slots are free: statements a client never redeems hold
+    /// at most half of them, each for at most `plans::GRACE`, and one slot is never taken so.
+    pub(super) fn admit_early(&self) -> Option<OwnedSemaphorePermit> {
+        let free = self.running.available_permits();
+        if free <= self.limits.max_concurrent_queries.div_ceil(2) {
+            return None;
+        }
+        self.running.clone().try_acquire_owned().ok()
+    }
+
     /// A running-query slot, held until the query's stream ends or is dropped.
     pub(super) fn admit(&self) -> Result<OwnedSemaphorePermit, Status> {
         self.running.clone().try_acquire_owned().map_err(|_| {

@@ -6,18 +6,27 @@
 //! redeemed twice, after [`TTL`], or on a restarted process is planned again from its SQL. Kept
 //! plans are bounded in number and age (a plan holds its tables' opened metadata).
 //!
+//! A read GetFlightInfo planned while most of the endpoint's slots were free is not only kept
+//! but started ([`PlanCache::started`]): it executes while the client turns the FlightInfo into
+//! a DoGet (GetFlightInfo is where Flight SQL executes a statement), and its first rows wait for
+//! that DoGet. Only the first: the rest is computed as the DoGet reads, as for a plan started by
+//! its DoGet. A started statement not redeemed within [`GRACE`] is dropped with its slot; its
+//! ticket is then planned again like an expired one.
+//!
 //! CancelFlightInfo cancels a planned statement by the same id: a DoGet streaming its rows ends
-//! with CANCELLED (its work stops with the stream), and a kept plan not yet redeemed is dropped,
-//! its DoGet refused.
+//! with CANCELLED (its work stops with the stream), and a kept or started plan not yet redeemed
+//! is dropped, its DoGet refused.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arrow::datatypes::SchemaRef;
 use arrow_flight::error::FlightError;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use futures::stream::{AbortHandle, AbortRegistration, Abortable, BoxStream};
+use tokio::sync::oneshot;
 use tonic::Status;
 
 use super::prepared::ReadPlan;
@@ -26,6 +35,8 @@ use super::prepared::ReadPlan;
 pub(super) const TTL: Duration = Duration::from_secs(30);
 /// Plans kept at most, per endpoint.
 pub(super) const CAPACITY: usize = 256;
+/// How long a started statement holds its slot and first rows for its DoGet.
+pub(super) const GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 pub(super) struct PlanCache {
@@ -53,8 +64,41 @@ impl State {
 
 struct Kept {
     at: Instant,
-    ctx: SessionContext,
-    plan: ReadPlan,
+    waiting: Waiting,
+}
+
+/// What waits for a DoGet under a plan id.
+pub(super) enum Waiting {
+    /// The plan GetFlightInfo made, executed when its DoGet comes.
+    Plan(SessionContext, Box<ReadPlan>),
+    /// The statement GetFlightInfo started: its rows, the first computed (or being computed).
+    Started(Started),
+}
+
+/// A statement executing since its GetFlightInfo.
+pub(super) struct Started {
+    /// The result schema GetFlightInfo reported.
+    pub(super) schema: SchemaRef,
+    /// Its rows once the first is ready; the sender is dropped if the statement stopped.
+    first: oneshot::Receiver<Rows>,
+}
+
+impl Started {
+    /// The statement's rows: the first when it is ready, then the rest as they are read.
+    pub(super) fn rows(self) -> Rows {
+        futures::stream::once(self.first)
+            .flat_map(|rows| {
+                rows.unwrap_or_else(|_| {
+                    futures::stream::once(async {
+                        Err(FlightError::Tonic(Box::new(Status::internal(
+                            "the statement stopped before its rows were sent",
+                        ))))
+                    })
+                    .boxed()
+                })
+            })
+            .boxed()
+    }
 }
 
 /// What CancelFlightInfo did to a planned statement.
@@ -102,9 +146,70 @@ impl PlanCache {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keeps `plan` (made in `ctx`) and returns its id. Expired plans are dropped first; when
-    /// full, the oldest goes.
+    /// Keeps `plan` (made in `ctx`) and returns its id.
     pub(super) fn put(&self, ctx: SessionContext, plan: ReadPlan) -> u64 {
+        self.keep(Waiting::Plan(ctx, Box::new(plan)))
+    }
+
+    /// Keeps `rows`, a statement started by its GetFlightInfo, and returns its id. A task
+    /// computes its first rows now and holds them (and the statement's slot) for its DoGet,
+    /// for at most [`GRACE`] from now. A cancel, or the cache dropping the entry, stops it.
+    pub(super) fn started(self: &Arc<Self>, schema: SchemaRef, rows: Rows) -> u64 {
+        self.started_for(schema, rows, GRACE)
+    }
+
+    fn started_for(self: &Arc<Self>, schema: SchemaRef, mut rows: Rows, grace: Duration) -> u64 {
+        let (mut ready, first) = oneshot::channel();
+        let id = self.keep(Waiting::Started(Started { schema, first }));
+        let cache = Arc::downgrade(self);
+        tokio::spawn(async move {
+            // Whether its DoGet may still come: until the grace is over or it came.
+            let mut waiting = true;
+            let grace = tokio::time::sleep(grace);
+            tokio::pin!(grace);
+            let first = loop {
+                tokio::select! {
+                    biased;
+                    () = ready.closed() => return,
+                    first = rows.next() => break first,
+                    () = &mut grace, if waiting => {
+                        // Redeemed while its first rows are computed: they are awaited.
+                        if cache.upgrade().is_none_or(|cache| cache.abandon(id)) {
+                            return;
+                        }
+                        waiting = false;
+                    }
+                }
+            };
+            let rows = futures::stream::iter(first).chain(rows).boxed();
+            if ready.send(rows).is_err() || !waiting {
+                return;
+            }
+            grace.await;
+            if let Some(cache) = cache.upgrade() {
+                cache.abandon(id);
+            }
+        });
+        id
+    }
+
+    /// Drops plan `id` if it is still a started statement waiting for its DoGet: whether it
+    /// did.
+    fn abandon(&self, id: u64) -> bool {
+        let mut state = self.lock();
+        let started = state
+            .entries
+            .get(&id)
+            .is_some_and(|kept| matches!(kept.waiting, Waiting::Started(_)));
+        if started {
+            state.entries.remove(&id);
+        }
+        started
+    }
+
+    /// Keeps `waiting` under a new id. Expired plans are dropped first; when full, the oldest
+    /// goes.
+    fn keep(&self, waiting: Waiting) -> u64 {
         let id = uuid::Uuid::new_v4().as_u64_pair().0;
         let now = Instant::now();
         let mut state = self.lock();
@@ -120,17 +225,40 @@ impl PlanCache {
         {
             state.entries.remove(&oldest);
         }
-        state.entries.insert(id, Kept { at: now, ctx, plan });
+        state.entries.insert(id, Kept { at: now, waiting });
         id
     }
 
-    /// Starts the DoGet of plan `id`: the plan kept for it, once (a second redemption plans
+    /// Starts the DoGet of plan `id`: what waits for it, once (a second redemption plans
     /// again), and its registration as running. A cancelled plan is refused.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn start(
+    pub(super) fn start(self: &Arc<Self>, id: u64) -> Result<(Option<Waiting>, Run), Status> {
+        let state = self.open(id)?;
+        Ok(self.redeem(state, id))
+    }
+
+    /// Starts the DoGet of plan `id` if its GetFlightInfo started it: its rows and its
+    /// registration as running (the statement holds its slot already). A kept plan stays for
+    /// the DoGet's next step, after its admission; a cancelled plan is refused.
+    pub(super) fn start_started(
         self: &Arc<Self>,
         id: u64,
-    ) -> Result<(Option<(SessionContext, ReadPlan)>, Run), Status> {
+    ) -> Result<Option<(Started, Run)>, Status> {
+        let state = self.open(id)?;
+        let started = state
+            .entries
+            .get(&id)
+            .is_some_and(|kept| matches!(kept.waiting, Waiting::Started(_)));
+        if !started {
+            return Ok(None);
+        }
+        Ok(match self.redeem(state, id) {
+            (Some(Waiting::Started(started)), run) => Some((started, run)),
+            _ => None,
+        })
+    }
+
+    /// The cache's state for a DoGet of plan `id`, unless that plan was cancelled.
+    fn open(&self, id: u64) -> Result<std::sync::MutexGuard<'_, State>, Status> {
         let mut state = self.lock();
         state.trim();
         if state.cancelled.contains_key(&id) {
@@ -138,17 +266,26 @@ impl PlanCache {
                 "the query was cancelled (CancelFlightInfo)",
             ));
         }
+        Ok(state)
+    }
+
+    /// Takes what waits for plan `id` and registers its run.
+    fn redeem(
+        self: &Arc<Self>,
+        mut state: std::sync::MutexGuard<'_, State>,
+        id: u64,
+    ) -> (Option<Waiting>, Run) {
         let kept = state
             .entries
             .remove(&id)
             .filter(|kept| kept.at.elapsed() < TTL)
-            .map(|kept| (kept.ctx, kept.plan));
+            .map(|kept| kept.waiting);
         let (abort, registration) = AbortHandle::new_pair();
         state.runs += 1;
         let run = state.runs;
         state.running.insert(id, (run, abort.clone()));
         drop(state);
-        Ok((
+        (
             kept,
             Run {
                 cache: Arc::clone(self),
@@ -157,7 +294,7 @@ impl PlanCache {
                 abort,
                 registration: Some(registration),
             },
-        ))
+        )
     }
 
     /// `rows`, the DoGet stream of `run`: once cancelled (even before this) it stops, dropping
@@ -285,6 +422,172 @@ mod tests {
         let mut stream = PlanCache::cancellable(second, futures::stream::pending().boxed());
         assert_eq!(cache.cancel(id), Cancel::Cancelled);
         assert!(matches!(stream.next().await, Some(Err(_))));
+    }
+
+    fn batch(n: i64) -> arrow::record_batch::RecordBatch {
+        let column: arrow::array::ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![n]));
+        arrow::record_batch::RecordBatch::try_from_iter([("n", column)]).unwrap()
+    }
+
+    /// Rows that hold `slot` (like a statement's stream) and say when each is computed.
+    fn rows_in(slot: &Arc<tokio::sync::Semaphore>, computed: &Arc<Mutex<Vec<i64>>>) -> Rows {
+        let permit = slot.clone().try_acquire_owned().unwrap();
+        let computed = computed.clone();
+        futures::stream::iter([1, 2])
+            .then(move |n| {
+                let computed = computed.clone();
+                async move {
+                    computed.lock().unwrap().push(n);
+                    Ok(batch(n))
+                }
+            })
+            .chain(futures::stream::once(async move {
+                drop(permit);
+                Ok(batch(3))
+            }))
+            .boxed()
+    }
+
+    /// Rows that never come, holding `slot` until they are dropped.
+    fn pending_in(slot: &Arc<tokio::sync::Semaphore>) -> Rows {
+        let permit = slot.clone().try_acquire_owned().unwrap();
+        futures::stream::pending()
+            .map(move |batch| {
+                let _held = &permit;
+                batch
+            })
+            .boxed()
+    }
+
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{what}: not within 5 s");
+    }
+
+    fn schema() -> SchemaRef {
+        batch(0).schema()
+    }
+
+    #[tokio::test]
+    async fn a_started_statement_computes_its_first_rows_before_its_doget() {
+        let cache = Arc::new(PlanCache::default());
+        let slot = Arc::new(tokio::sync::Semaphore::new(1));
+        let computed = Arc::new(Mutex::new(Vec::new()));
+        let id = cache.started(schema(), rows_in(&slot, &computed));
+        until("the first rows computed", || {
+            !computed.lock().unwrap().is_empty()
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            *computed.lock().unwrap(),
+            [1],
+            "only the first rows run ahead"
+        );
+
+        let (started, _run) = cache.start_started(id).unwrap().expect("started");
+        let rows: Vec<i64> = started
+            .rows()
+            .map(|batch| {
+                let batch = batch.unwrap();
+                let n = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>();
+                n.unwrap().value(0)
+            })
+            .collect()
+            .await;
+        assert_eq!(rows, [1, 2, 3]);
+        assert_eq!(slot.available_permits(), 1, "the slot is back");
+        assert!(cache.start_started(id).unwrap().is_none(), "redeemed twice");
+        assert!(cache.start(id).unwrap().0.is_none(), "planned again");
+    }
+
+    #[tokio::test]
+    async fn a_started_statement_not_redeemed_gives_back_its_slot() {
+        let cache = Arc::new(PlanCache::default());
+        let slot = Arc::new(tokio::sync::Semaphore::new(1));
+        let computed = Arc::new(Mutex::new(Vec::new()));
+        let grace = Duration::from_millis(100);
+        let id = cache.started_for(schema(), rows_in(&slot, &computed), grace);
+        until("the first rows computed", || {
+            !computed.lock().unwrap().is_empty()
+        })
+        .await;
+        assert_eq!(slot.available_permits(), 0, "held for its DoGet");
+        until("the slot given back", || slot.available_permits() == 1).await;
+        assert!(cache.start_started(id).unwrap().is_none());
+        assert!(
+            cache.start(id).unwrap().0.is_none(),
+            "its DoGet plans again"
+        );
+
+        // Its first rows still being computed: the grace counts from its start.
+        let id = cache.started_for(schema(), pending_in(&slot), grace);
+        assert_eq!(slot.available_permits(), 0);
+        until("the slot given back", || slot.available_permits() == 1).await;
+        assert!(cache.start_started(id).unwrap().is_none());
+
+        // Redeemed while its first rows are computed: the grace does not stop it.
+        let (open, opened) = oneshot::channel::<()>();
+        let slow = futures::stream::once(async move {
+            let _ = opened.await;
+        })
+        .flat_map(move |()| rows_in(&slot, &computed))
+        .boxed();
+        let id = cache.started_for(schema(), slow, grace);
+        let (started, _run) = cache.start_started(id).unwrap().expect("started");
+        tokio::time::sleep(grace * 2).await;
+        open.send(()).unwrap();
+        let rows = started.rows().collect::<Vec<_>>().await;
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        assert!(rows.iter().all(Result::is_ok), "{rows:?}");
+
+        // A plan kept for its DoGet is not dropped so.
+        let ctx = SessionContext::new();
+        let kept = cache.put(ctx.clone(), plan(&ctx).await);
+        assert!(!cache.abandon(kept));
+        assert!(cache.start_started(kept).unwrap().is_none());
+        assert!(matches!(
+            cache.start(kept).unwrap().0,
+            Some(Waiting::Plan(..))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_started_statement_stops_and_is_refused() {
+        let cache = Arc::new(PlanCache::default());
+        let slot = Arc::new(tokio::sync::Semaphore::new(1));
+        // Cancelled while it computes its first rows.
+        let id = cache.started(schema(), pending_in(&slot));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(slot.available_permits(), 0);
+        assert_eq!(cache.cancel(id), Cancel::Cancelled);
+        until("the statement stopped", || slot.available_permits() == 1).await;
+        match cache.start_started(id) {
+            Err(refused) => assert_eq!(refused.code(), tonic::Code::Cancelled),
+            Ok(started) => panic!("a cancelled statement was redeemed: {}", started.is_some()),
+        }
+
+        // Cancelled while its DoGet streams it.
+        let id = cache.started(schema(), pending_in(&slot));
+        let (started, run) = cache.start_started(id).unwrap().expect("started");
+        let mut rows = PlanCache::cancellable(run, started.rows());
+        assert_eq!(cache.cancel(id), Cancel::Cancelled);
+        match rows.next().await {
+            Some(Err(FlightError::Tonic(status))) => {
+                assert_eq!(status.code(), tonic::Code::Cancelled)
+            }
+            other => panic!("a cancelled stream ended with {other:?}"),
+        }
+        drop(rows);
+        until("the statement stopped", || slot.available_permits() == 1).await;
     }
 
     #[tokio::test]

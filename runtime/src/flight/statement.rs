@@ -1,6 +1,7 @@
 //! Statements and prepared statements: planned for GetFlightInfo (a write runs there, on
 //! metadata), described for GetSchema and CreatePreparedStatement, bound by a prepared query's
-//! DoPut. The plan a read's GetFlightInfo made is kept for its DoGet (`fetch.rs`).
+//! DoPut. The plan a read's GetFlightInfo made is started there or kept for its DoGet
+//! (`plans.rs`, `fetch.rs`).
 
 use std::sync::Arc;
 
@@ -62,7 +63,12 @@ impl LakeFlightSql {
                             plan.plan(),
                             sql::chosen_schema(&ctx).as_ref(),
                         );
-                        let id = this.plans.put(ctx.clone(), plan);
+                        // Executing from here while free slots are plenty, else when its
+                        // DoGet comes.
+                        let id = match this.governor.admit_early() {
+                            Some(slot) => this.start_early(ctx, plan, schema.clone(), slot),
+                            None => this.plans.put(ctx, plan),
+                        };
                         let statement = Box::new(handle);
                         (schema, Handle::Planned { id, statement })
                     }

@@ -85,14 +85,29 @@ with flightsql.connect(METADATA) as conn, conn.cursor() as cur:
 sql = "SELECT count(*) FROM sales.big a CROSS JOIN sales.big b WHERE (a.k + b.k) % 7 = 3"
 client = flight.FlightClient(QUERY)
 descriptor = flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, sql)))
-info = client.get_flight_info(descriptor)
+
+# GetFlightInfo starts the query (Flight SQL executes a statement there): the server works on it
+# before any DoGet, and a query whose DoGet never comes stops after a grace (5 s), its slot freed.
 idle = busy(1.0)
+info = client.get_flight_info(descriptor)
+started = wait_working("the query its GetFlightInfo started", 0.5)
+abandoned = wait_idle("a started query whose DoGet never came")
+print(f"server CPU: idle {idle:.2f} s in 1 s; 0.5 s of CPU {started:.1f} s after GetFlightInfo, "
+      f"with no DoGet; idle again {abandoned:.1f} s later")
+# Its ticket still runs: planned again.
+reader = client.do_get(info.endpoints[0].ticket)
+reader.schema
+wait_working("the abandoned query's ticket", 0.5)
+reader.cancel()
+wait_idle("the client closed the stream")
+
+info = client.get_flight_info(descriptor)
 reader = client.do_get(info.endpoints[0].ticket)
 reader.schema  # the stream is open and the query is running
 working = wait_working("the query", 1.0)
 reader.cancel()
 stopped = wait_idle("the client closed the stream")
-print(f"server CPU: idle {idle:.2f} s in 1 s, 1 s of CPU in {working:.1f} s running; idle again {stopped:.1f} s after the cancel")
+print(f"1 s of CPU in {working:.1f} s running; idle again {stopped:.1f} s after the cancel")
 
 # CancelFlightInfo while the DoGet runs: the stream ends CANCELLED (never as if complete) and the
 # server stops.
@@ -117,10 +132,13 @@ print(f"idle again {stopped:.1f} s after CancelFlightInfo")
 if cancel_flight_info(info) != NOT_CANCELLABLE:
     raise SystemExit("a finished query was cancelled again")
 
-# CancelFlightInfo before the DoGet: the ticket is refused, nothing runs.
+# CancelFlightInfo before the DoGet: the query its GetFlightInfo started stops, the ticket is
+# refused.
 info = client.get_flight_info(descriptor)
+wait_working("the query its GetFlightInfo started", 0.2)
 if cancel_flight_info(info) != CANCELLED:
     raise SystemExit("a planned query was not cancelled")
+wait_idle("CancelFlightInfo before the DoGet")
 try:
     client.do_get(info.endpoints[0].ticket).read_all()
     raise SystemExit("the ticket of a cancelled query still ran")

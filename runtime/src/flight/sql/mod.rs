@@ -27,6 +27,7 @@ use crate::catalog::{NamespaceName, TableName};
 use crate::engine::TableRef;
 
 mod delete;
+mod one_partition;
 mod rewrite;
 mod session;
 #[cfg(test)]

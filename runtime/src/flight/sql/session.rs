@@ -99,6 +99,7 @@ impl Sessions {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_physical_optimizer_rules(super::one_partition::physical_rules())
             .with_optimizer_rule(Arc::new(NearestNeighbours))
             .with_optimizer_rule(Arc::new(super::super::modulo::ConstantRemainder))
             .with_physical_optimizer_rule(Arc::new(BoundRepetition))

@@ -14,11 +14,11 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use prost::Message as _;
-use tokio::sync::OwnedSemaphorePermit;
 use tonic::{Request, Response, Status};
 
 use super::handle::Handle;
 use super::ipc::{Message, Messages};
+use super::limits::Slot;
 use super::options::SessionOptions;
 use super::plans::{PlanCache, Run, Started, Waiting};
 use super::prepared::ReadPlan;
@@ -131,7 +131,7 @@ impl LakeFlightSql {
         ctx: SessionContext,
         plan: ReadPlan,
         schema: SchemaRef,
-        slot: OwnedSemaphorePermit,
+        slot: Slot,
     ) -> u64 {
         let deadline = self.governor.deadline();
         let this = self.clone();
@@ -152,7 +152,7 @@ impl LakeFlightSql {
         ctx: SessionContext,
         plan: ReadPlan,
         deadline: tokio::time::Instant,
-        slot: OwnedSemaphorePermit,
+        slot: Slot,
     ) -> Result<(SchemaRef, FlightBatches), Status> {
         // A kept plan's functions count their time from its execution.
         super::bounded::rearm(&ctx, deadline.into_std());
@@ -287,7 +287,7 @@ fn with_deadline(
     stream: FlightBatches,
     deadline: tokio::time::Instant,
     limit: std::time::Duration,
-    slot: tokio::sync::OwnedSemaphorePermit,
+    slot: Slot,
 ) -> FlightBatches {
     // The slot is released at the deadline even if the client never reads again (the stream
     // is only polled when it does): a watchdog takes it back.

@@ -119,7 +119,18 @@ pub(super) struct Governor {
     /// Every statement's spill files, counted against one budget (`Limits::spill`).
     disk: Arc<std::sync::Mutex<Arc<DiskManager>>>,
     running: Arc<Semaphore>,
+    /// The share of `running` that reads started before their DoGet may hold (half).
+    early: Arc<Semaphore>,
     pub(super) limits: Limits,
+}
+
+/// A statement's place among the endpoint's running statements, held until its stream ends
+/// or is dropped; a read started before its DoGet also holds one of the half of them such
+/// reads may take.
+#[derive(Debug)]
+pub(super) struct Slot {
+    _running: OwnedSemaphorePermit,
+    _early: Option<OwnedSemaphorePermit>,
 }
 
 impl Governor {
@@ -133,6 +144,7 @@ impl Governor {
             )),
             disk: Arc::new(std::sync::Mutex::new(disk)),
             running: Arc::new(Semaphore::new(limits.max_concurrent_queries)),
+            early: Arc::new(Semaphore::new(limits.max_concurrent_queries / 2)),
             limits,
         })
     }
@@ -199,25 +211,30 @@ impl Governor {
         })
     }
 
-    /// A slot for a statement started before its DoGet asks for it (`plans.rs`), only while
-    /// more than half the endpoint's slots are free: statements a client never redeems hold
-    /// at most half of them, each for at most `plans::GRACE`, and one slot is never taken so.
-    pub(super) fn admit_early(&self) -> Option<OwnedSemaphorePermit> {
-        let free = self.running.available_permits();
-        if free <= self.limits.max_concurrent_queries.div_ceil(2) {
-            return None;
-        }
-        self.running.clone().try_acquire_owned().ok()
+    /// A slot for a read started before its DoGet asks for it (`plans.rs`): at most half the
+    /// endpoint's slots are taken so (none of one), so reads a client never redeems hold at
+    /// most half of them, each for at most `plans::GRACE`.
+    pub(super) fn admit_early(&self) -> Option<Slot> {
+        let early = self.early.clone().try_acquire_owned().ok()?;
+        let running = self.running.clone().try_acquire_owned().ok()?;
+        Some(Slot {
+            _running: running,
+            _early: Some(early),
+        })
     }
 
     /// A running-query slot, held until the query's stream ends or is dropped.
-    pub(super) fn admit(&self) -> Result<OwnedSemaphorePermit, Status> {
-        self.running.clone().try_acquire_owned().map_err(|_| {
+    pub(super) fn admit(&self) -> Result<Slot, Status> {
+        let running = self.running.clone().try_acquire_owned().map_err(|_| {
             Status::resource_exhausted(format!(
                 "{} queries are already running on this endpoint (LAKE_MAX_CONCURRENT_QUERIES); \
                  retry when one has finished",
                 self.limits.max_concurrent_queries
             ))
+        })?;
+        Ok(Slot {
+            _running: running,
+            _early: None,
         })
     }
 }
@@ -323,6 +340,33 @@ mod tests {
         );
         drop(slot);
         assert!(governor.admit().is_ok());
+    }
+
+    /// Reads started before their DoGet take at most half the slots (none of one); the other
+    /// half stays for statements admitted at their DoGet.
+    #[test]
+    fn early_starts_take_at_most_half_the_slots() {
+        let one = Governor::new(limits()).unwrap();
+        assert!(one.admit_early().is_none(), "the only slot was taken early");
+        let governor = Governor::new(Limits {
+            max_concurrent_queries: 5,
+            ..limits()
+        })
+        .unwrap();
+        let early: Vec<Slot> = std::iter::from_fn(|| governor.admit_early()).collect();
+        assert_eq!(early.len(), 2);
+        let rest: Vec<Slot> = std::iter::from_fn(|| governor.admit().ok()).collect();
+        assert_eq!(rest.len(), 3, "admitted beside the early starts");
+        drop(rest);
+        assert!(
+            governor.admit_early().is_none(),
+            "past half, with slots free"
+        );
+        drop(early);
+        assert!(
+            governor.admit_early().is_some(),
+            "their share is given back"
+        );
     }
 
     /// Every statement's spill files count against one budget for the endpoint, in its spill

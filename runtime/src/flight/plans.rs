@@ -10,8 +10,8 @@
 //! but started ([`PlanCache::started`]): it executes while the client turns the FlightInfo into
 //! a DoGet (GetFlightInfo is where Flight SQL executes a statement), and its first rows wait for
 //! that DoGet. Only the first: the rest is computed as the DoGet reads, as for a plan started by
-//! its DoGet. A started statement not redeemed within [`GRACE`] is dropped with its slot; its
-//! ticket is then planned again like an expired one.
+//! its DoGet. A started statement not redeemed within [`GRACE`] is stopped and its slot freed;
+//! its ticket is then planned again like an expired one (a cancel still refuses it).
 //!
 //! CancelFlightInfo cancels a planned statement by the same id: a DoGet streaming its rows ends
 //! with CANCELLED (its work stops with the stream), and a kept or started plan not yet redeemed
@@ -35,8 +35,9 @@ use super::prepared::ReadPlan;
 pub(super) const TTL: Duration = Duration::from_secs(30);
 /// Plans kept at most, per endpoint.
 pub(super) const CAPACITY: usize = 256;
-/// How long a started statement holds its slot and first rows for its DoGet.
-pub(super) const GRACE: Duration = Duration::from_secs(5);
+/// How long a started statement holds its slot and first rows for its DoGet (clients redeem
+/// a ticket within milliseconds; one that only wanted the FlightInfo costs at most this).
+pub(super) const GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 pub(super) struct PlanCache {
@@ -73,6 +74,9 @@ pub(super) enum Waiting {
     Plan(SessionContext, Box<ReadPlan>),
     /// The statement GetFlightInfo started: its rows, the first computed (or being computed).
     Started(Started),
+    /// A started statement whose DoGet did not come within [`GRACE`]: stopped; its DoGet plans
+    /// it again, a cancel refuses that DoGet.
+    Abandoned,
 }
 
 /// A statement executing since its GetFlightInfo.
@@ -193,18 +197,21 @@ impl PlanCache {
         id
     }
 
-    /// Drops plan `id` if it is still a started statement waiting for its DoGet: whether it
+    /// Stops plan `id` if it is still a started statement waiting for its DoGet: whether it
     /// did.
     fn abandon(&self, id: u64) -> bool {
         let mut state = self.lock();
-        let started = state
-            .entries
-            .get(&id)
-            .is_some_and(|kept| matches!(kept.waiting, Waiting::Started(_)));
-        if started {
-            state.entries.remove(&id);
+        let Some(kept) = state.entries.get_mut(&id) else {
+            return false;
+        };
+        if !matches!(kept.waiting, Waiting::Started(_)) {
+            return false;
         }
-        started
+        let stopped = std::mem::replace(&mut kept.waiting, Waiting::Abandoned);
+        // Its stream's work (operators, spill files) is dropped outside the lock.
+        drop(state);
+        drop(stopped);
+        true
     }
 
     /// Keeps `waiting` under a new id. Expired plans are dropped first; when full, the oldest
@@ -213,9 +220,13 @@ impl PlanCache {
         let id = uuid::Uuid::new_v4().as_u64_pair().0;
         let now = Instant::now();
         let mut state = self.lock();
-        state
+        // What goes is dropped after the lock is released: a started statement's stream may
+        // hold operators and spill files.
+        let mut gone: Vec<Kept> = state
             .entries
-            .retain(|_, kept| now.duration_since(kept.at) < TTL);
+            .extract_if(|_, kept| now.duration_since(kept.at) >= TTL)
+            .map(|(_, kept)| kept)
+            .collect();
         if state.entries.len() >= CAPACITY
             && let Some(oldest) = state
                 .entries
@@ -223,9 +234,11 @@ impl PlanCache {
                 .min_by_key(|(_, k)| k.at)
                 .map(|(id, _)| *id)
         {
-            state.entries.remove(&oldest);
+            gone.extend(state.entries.remove(&oldest));
         }
         state.entries.insert(id, Kept { at: now, waiting });
+        drop(state);
+        drop(gone);
         id
     }
 
@@ -279,7 +292,8 @@ impl PlanCache {
             .entries
             .remove(&id)
             .filter(|kept| kept.at.elapsed() < TTL)
-            .map(|kept| kept.waiting);
+            .map(|kept| kept.waiting)
+            .filter(|waiting| !matches!(waiting, Waiting::Abandoned));
         let (abort, registration) = AbortHandle::new_pair();
         state.runs += 1;
         let run = state.runs;
@@ -318,7 +332,7 @@ impl PlanCache {
         Abortable::new(rows, registration).chain(end).boxed()
     }
 
-    /// Cancels plan `id`: its running DoGet, or its kept plan.
+    /// Cancels plan `id`: its running DoGet, or its kept, started or stopped plan.
     pub(super) fn cancel(&self, id: u64) -> Cancel {
         let mut state = self.lock();
         state.trim();
@@ -326,7 +340,7 @@ impl PlanCache {
             abort.abort();
             return Cancel::Cancelled;
         }
-        if state.entries.remove(&id).is_some() {
+        if let Some(kept) = state.entries.remove(&id) {
             if state.cancelled.len() >= CAPACITY
                 && let Some(oldest) = state
                     .cancelled
@@ -337,6 +351,9 @@ impl PlanCache {
                 state.cancelled.remove(&oldest);
             }
             state.cancelled.insert(id, Instant::now());
+            // A started statement stops when this drops it, outside the lock.
+            drop(state);
+            drop(kept);
             return Cancel::Cancelled;
         }
         Cancel::NotCancellable
@@ -527,6 +544,14 @@ mod tests {
             cache.start(id).unwrap().0.is_none(),
             "its DoGet plans again"
         );
+        // Stopped, but still cancellable until the plan's TTL: its DoGet is then refused.
+        let id = cache.started_for(schema(), rows_in(&slot, &computed), grace);
+        until("the slot given back", || slot.available_permits() == 1).await;
+        assert_eq!(cache.cancel(id), Cancel::Cancelled);
+        assert_eq!(
+            cache.start(id).err().map(|refused| refused.code()),
+            Some(tonic::Code::Cancelled)
+        );
 
         // Its first rows still being computed: the grace counts from its start.
         let id = cache.started_for(schema(), pending_in(&slot), grace);
@@ -564,8 +589,8 @@ mod tests {
     async fn a_cancelled_started_statement_stops_and_is_refused() {
         let cache = Arc::new(PlanCache::default());
         let slot = Arc::new(tokio::sync::Semaphore::new(1));
-        // Cancelled while it computes its first rows.
-        let id = cache.started(schema(), pending_in(&slot));
+        // Cancelled while it computes its first rows (a grace long past the test's wait).
+        let id = cache.started_for(schema(), pending_in(&slot), Duration::from_secs(3600));
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(slot.available_permits(), 0);
         assert_eq!(cache.cancel(id), Cancel::Cancelled);
@@ -576,7 +601,7 @@ mod tests {
         }
 
         // Cancelled while its DoGet streams it.
-        let id = cache.started(schema(), pending_in(&slot));
+        let id = cache.started_for(schema(), pending_in(&slot), Duration::from_secs(3600));
         let (started, run) = cache.start_started(id).unwrap().expect("started");
         let mut rows = PlanCache::cancellable(run, started.rows());
         assert_eq!(cache.cancel(id), Cancel::Cancelled);
@@ -588,6 +613,19 @@ mod tests {
         }
         drop(rows);
         until("the statement stopped", || slot.available_permits() == 1).await;
+    }
+
+    #[tokio::test]
+    async fn a_started_statement_pushed_out_of_the_cache_stops() {
+        let cache = Arc::new(PlanCache::default());
+        let slot = Arc::new(tokio::sync::Semaphore::new(1));
+        let id = cache.started_for(schema(), pending_in(&slot), Duration::from_secs(3600));
+        let ctx = SessionContext::new();
+        for _ in 0..CAPACITY {
+            cache.put(ctx.clone(), plan(&ctx).await);
+        }
+        until("the statement stopped", || slot.available_permits() == 1).await;
+        assert!(cache.start_started(id).unwrap().is_none());
     }
 
     #[tokio::test]

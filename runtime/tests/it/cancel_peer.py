@@ -87,7 +87,7 @@ client = flight.FlightClient(QUERY)
 descriptor = flight.FlightDescriptor.for_command(command("CommandStatementQuery", pb_string(1, sql)))
 
 # GetFlightInfo starts the query (Flight SQL executes a statement there): the server works on it
-# before any DoGet, and a query whose DoGet never comes stops after a grace (5 s), its slot freed.
+# before any DoGet, and a query whose DoGet never comes stops after a grace (2 s), its slot freed.
 idle = busy(1.0)
 info = client.get_flight_info(descriptor)
 started = wait_working("the query its GetFlightInfo started", 0.5)

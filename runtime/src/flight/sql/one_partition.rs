@@ -144,6 +144,48 @@ mod tests {
         assert_ne!(out.children()[0].output_partitioning().partition_count(), 2);
     }
 
+    /// Joins, aggregates, windows, unions and top-k planned in one partition answer the same
+    /// with the rule skipped as with it.
+    #[tokio::test]
+    async fn queries_in_one_partition_answer_as_with_the_rule() {
+        use datafusion::execution::SessionStateBuilder;
+        use datafusion::prelude::{SessionConfig, SessionContext};
+        let session = |rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>| {
+            let state = SessionStateBuilder::new()
+                .with_config(SessionConfig::new().with_target_partitions(1))
+                .with_default_features()
+                .with_physical_optimizer_rules(rules)
+                .build();
+            let ctx = SessionContext::new_with_state(state);
+            let n: arrow::array::ArrayRef = Arc::new(Int64Array::from_iter_values(1..=40));
+            ctx.register_batch("t", RecordBatch::try_from_iter([("n", n)]).unwrap())
+                .unwrap();
+            ctx
+        };
+        let skipping = session(physical_rules());
+        let default =
+            session(datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules);
+        for sql in [
+            "SELECT a.n, b.n FROM t a JOIN t b ON a.n = b.n % 7 ORDER BY 1, 2",
+            "SELECT n % 3 AS g, count(*), sum(n) FROM t GROUP BY n % 3 ORDER BY g",
+            "SELECT n, sum(n) OVER (PARTITION BY n % 2 ORDER BY n) FROM t ORDER BY n",
+            "SELECT n FROM t ORDER BY n DESC LIMIT 3",
+            "SELECT n FROM t UNION ALL SELECT n * 2 FROM t ORDER BY n LIMIT 50",
+            "SELECT count(DISTINCT n % 5) FROM t WHERE n IN (SELECT n * 3 FROM t)",
+        ] {
+            let answer = |ctx: &SessionContext| {
+                let ctx = ctx.clone();
+                async move {
+                    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+                    arrow::util::pretty::pretty_format_batches(&batches)
+                        .unwrap()
+                        .to_string()
+                }
+            };
+            assert_eq!(answer(&skipping).await, answer(&default).await, "{sql}");
+        }
+    }
+
     #[test]
     fn the_wrapper_replaces_the_rule_in_place() {
         let default = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;

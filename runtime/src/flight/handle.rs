@@ -78,6 +78,17 @@ impl Handle {
         }
     }
 
+    /// The statement's SQL, its bound values left undecoded (a DoPut binding new ones).
+    pub(super) fn sql(self) -> Result<String, Status> {
+        match self {
+            Handle::Sql(sql) | Handle::Bound { sql, .. } => Ok(sql),
+            Handle::Planned { statement, .. } | Handle::InSession { statement, .. } => {
+                statement.sql()
+            }
+            Handle::Done(_) => Err(Status::invalid_argument("unknown prepared statement")),
+        }
+    }
+
     /// The SQL and bound parameters of a statement handle.
     pub(super) fn statement(self) -> Result<(String, Option<Vec<ScalarValue>>), Status> {
         match self {
@@ -209,6 +220,25 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    /// A DoPut binding new values reads only the statement's SQL: the values bound before are
+    /// not decoded (they are not valid IPC here).
+    #[test]
+    fn a_handle_names_its_sql_without_decoding_its_values() {
+        let bound = || Handle::Bound {
+            sql: "SELECT $1".into(),
+            params: vec![1, 2, 3],
+        };
+        let wrapped = Handle::Planned {
+            id: 1,
+            statement: Box::new(bound().in_session(&SessionOptions::default())),
+        };
+        for handle in [bound(), wrapped] {
+            assert!(handle.clone().statement().is_err(), "{handle:?}");
+            assert_eq!(handle.sql().unwrap(), "SELECT $1");
+        }
+        assert!(Handle::Done(1).sql().is_err());
     }
 
     #[test]

@@ -225,7 +225,7 @@ impl LakeFlightSql {
         let prepared = self.handles.decode(&query.prepared_statement_handle)?;
         // The bound handle keeps the session the statement was prepared in.
         let options = prepared.options().unwrap_or_default();
-        let (sql, _) = prepared.statement()?;
+        let sql = prepared.sql()?;
         let batches = super::update::parameters(data, MAX_PARAMS_BYTES).await?;
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
         match (rows, batches.into_iter().find(|b| b.num_rows() > 0)) {

@@ -63,8 +63,8 @@ impl LakeFlightSql {
                             plan.plan(),
                             sql::chosen_schema(&ctx).as_ref(),
                         );
-                        // Executing from here while free slots are plenty, else when its
-                        // DoGet comes.
+                        // Executing from here while early starts hold under half the
+                        // slots, else when its DoGet comes.
                         let id = match this.governor.admit_early() {
                             Some(slot) => this.start_early(ctx, plan, schema.clone(), slot),
                             None => this.plans.put(ctx, plan),

@@ -8,6 +8,7 @@ mod functions;
 mod nearest;
 mod rule;
 mod scored;
+mod sealed;
 mod settings;
 mod tokens;
 
@@ -16,5 +17,6 @@ pub(in crate::flight) use functions::register as register_table_functions;
 pub(in crate::flight) use nearest::parameter_vectors;
 pub(in crate::flight) use nearest::{bind_searches, lake_table, reads_only_indexed_searches};
 pub(in crate::flight) use rule::NearestNeighbours;
+pub(in crate::flight) use sealed::Unseal;
 pub(in crate::flight) use settings::{LakeSettings, SettingError, check as check_setting};
 pub(in crate::flight) use tokens::contains_tokens;

@@ -24,6 +24,7 @@ use lance::index::DatasetIndexExt;
 use lance_linalg::distance::DistanceType;
 use prost::Message;
 
+use super::sealed::Sealed;
 use super::settings;
 use crate::flight::bounded::{self, Budget};
 use crate::flight::distributed::LakeTable;
@@ -310,11 +311,13 @@ pub(in crate::flight) async fn reads_only_indexed_searches(plan: &LogicalPlan) -
     Ok(true)
 }
 
-/// `plan`'s columns `names`, in that order, whatever order Lance gives them in.
+/// The columns `names` of a plan Lance made, in that order, whatever order Lance gives them in;
+/// the plan [`Sealed`] as Lance optimized it.
 pub(super) fn in_order(
     plan: Arc<dyn ExecutionPlan>,
     names: &[&str],
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan: Arc<dyn ExecutionPlan> = Arc::new(Sealed::new(plan));
     let schema = plan.schema();
     let exprs = names
         .iter()

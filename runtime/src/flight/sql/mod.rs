@@ -36,6 +36,8 @@ pub(super) mod testing;
 mod tests;
 
 use rewrite::{binary_types_as_bytea, number_placeholders};
+#[cfg(test)]
+pub(in crate::flight) use session::physical_rules;
 pub(crate) use session::task_context;
 pub(super) use session::{MAX_TABLE_REFERENCES, Sessions, into_state, runtime_env};
 use session::{enumerates_the_warehouse, list_the_warehouse};

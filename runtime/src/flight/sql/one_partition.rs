@@ -50,7 +50,7 @@ fn in_one_partition(plan: &dyn ExecutionPlan) -> bool {
 }
 
 /// DataFusion's physical optimizer rules, `EnforceDistribution` in its wrapper.
-pub(super) fn physical_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+pub(super) fn datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new()
         .rules
         .into_iter()
@@ -162,7 +162,7 @@ mod tests {
                 .unwrap();
             ctx
         };
-        let skipping = session(physical_rules());
+        let skipping = session(datafusion_rules());
         let default =
             session(datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules);
         for sql in [
@@ -189,7 +189,7 @@ mod tests {
     #[test]
     fn the_wrapper_replaces_the_rule_in_place() {
         let default = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
-        let rules = physical_rules();
+        let rules = datafusion_rules();
         let names = |rules: &[Arc<dyn PhysicalOptimizerRule + Send + Sync>]| {
             rules
                 .iter()

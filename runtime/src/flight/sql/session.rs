@@ -11,6 +11,7 @@ use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservat
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use tonic::Status;
@@ -20,7 +21,7 @@ use super::super::cancel::YieldAboveEveryOperator;
 use super::super::catalog::{CATALOG, LakeCatalog};
 use super::super::options::SessionOptions;
 use super::super::repeat::BoundRepetition;
-use super::super::search::{LakeSettings, NearestNeighbours};
+use super::super::search::{LakeSettings, NearestNeighbours, Unseal};
 use super::status;
 use crate::engine::Engine;
 
@@ -69,6 +70,17 @@ pub(in crate::flight) fn runtime_env(
     Ok(Arc::new(runtime))
 }
 
+/// The physical optimizer's rules: DataFusion's (see [`super::one_partition`]); then the plans
+/// searches keep as Lance made them put back in place (`Unseal`); then lake's own, over every
+/// operator: bounds on what repeats rows, a yield point above each.
+pub(in crate::flight) fn physical_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    let mut rules = super::one_partition::datafusion_rules();
+    rules.push(Arc::new(Unseal));
+    rules.push(Arc::new(BoundRepetition));
+    rules.push(Arc::new(YieldAboveEveryOperator));
+    rules
+}
+
 /// What every statement's session of one endpoint shares, built once: DataFusion's functions
 /// (each wrapped to count against the budget of the statement that calls it), lake's rules and
 /// functions, no object stores. Building it took a fifth of a `SELECT 1`'s server time when
@@ -99,11 +111,9 @@ impl Sessions {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
-            .with_physical_optimizer_rules(super::one_partition::physical_rules())
+            .with_physical_optimizer_rules(physical_rules())
             .with_optimizer_rule(Arc::new(NearestNeighbours))
-            .with_optimizer_rule(Arc::new(super::super::modulo::ConstantRemainder))
-            .with_physical_optimizer_rule(Arc::new(BoundRepetition))
-            .with_physical_optimizer_rule(Arc::new(YieldAboveEveryOperator));
+            .with_optimizer_rule(Arc::new(super::super::modulo::ConstantRemainder));
         // `contains_tokens(col, 'words')`: a filter Lance answers from the column's inverted
         // index.
         if let Some(functions) = builder.scalar_functions() {

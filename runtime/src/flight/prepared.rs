@@ -8,8 +8,10 @@
 //! scan, its expressions simplified again with the values in them (a cast of the value folded,
 //! a column's cast unwrapped, so a scan is given `id = 5`), every call to the statement's
 //! budget, and the checks that read values (a large value copied into every row, a sketch's
-//! size) made on the bound plan. The first execution takes
-//! the same path, so a plan kept or not behaves the same. A plan is kept only if nothing in it
+//! size) made on the bound plan. The first execution takes the same path, so a plan kept or
+//! not behaves the same; it binds as DataFusion does (every node's schema computed again), the
+//! later ones in place ([`Binding`]) when that first binding left every schema as it was. A
+//! plan is kept only if nothing in it
 //! depends on when it was made (`now()`, `random()`) or on anything but lake tables, and used
 //! only while every table it reads is at the version it was planned at.
 
@@ -26,6 +28,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::error::Result;
 use datafusion::logical_expr::expr::Placeholder;
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 use datafusion::optimizer::simplify_expressions::SimplifyExpressions;
 use datafusion::optimizer::{OptimizerContext, OptimizerRule};
@@ -112,6 +115,8 @@ struct Kept {
     used: Instant,
     /// Its [`weight`].
     weight: usize,
+    /// How values are bound into it.
+    binding: Binding,
 }
 
 /// A table at the version a plan reads.
@@ -146,12 +151,12 @@ impl PreparedPlans {
     }
 
     /// The plan kept for `key`, if every table it reads is still at its version.
-    async fn get(&self, key: &Key, engine: &Engine) -> Option<LogicalPlan> {
-        let (plan, tables) = {
+    async fn get(&self, key: &Key, engine: &Engine) -> Option<(LogicalPlan, Binding)> {
+        let (plan, tables, binding) = {
             let mut entries = self.lock();
             let kept = entries.get_mut(key)?;
             kept.used = Instant::now();
-            (kept.plan.clone(), kept.tables.clone())
+            (kept.plan.clone(), kept.tables.clone(), kept.binding)
         };
         for read in &tables {
             let now = engine.open(&read.table, read.pinned).await.ok();
@@ -166,11 +171,12 @@ impl PreparedPlans {
         }
         #[cfg(test)]
         self.hits.fetch_add(1, Ordering::Relaxed);
-        Some(plan)
+        Some((plan, binding))
     }
 
-    /// Keeps `optimized` (planned from `unoptimized`) for `key`, if it may be kept.
-    fn put(&self, key: Key, unoptimized: &LogicalPlan, optimized: &LogicalPlan) {
+    /// Keeps `optimized` (planned from `unoptimized`) for `key`, bound as `binding` says, if it
+    /// may be kept.
+    fn put(&self, key: Key, unoptimized: &LogicalPlan, optimized: &LogicalPlan, binding: Binding) {
         // An EXPLAIN holds the plan's text after every rule; it is not run often enough to keep.
         if !timeless(unoptimized)
             || matches!(optimized, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_))
@@ -209,6 +215,7 @@ impl PreparedPlans {
                 tables,
                 used: Instant::now(),
                 weight,
+                binding,
             },
         );
     }
@@ -216,6 +223,11 @@ impl PreparedPlans {
     #[cfg(test)]
     fn kept(&self) -> Vec<LogicalPlan> {
         self.lock().values().map(|kept| kept.plan.clone()).collect()
+    }
+
+    #[cfg(test)]
+    fn bindings(&self) -> Vec<Binding> {
+        self.lock().values().map(|kept| kept.binding).collect()
     }
 
     #[cfg(test)]
@@ -360,18 +372,131 @@ pub(super) fn binds_late(plan: &LogicalPlan) -> bool {
     late
 }
 
-/// `optimized` (its parameters placeholders) with `values` bound, made the statement's whose
-/// settings are `options` and budget is `budget`.
+/// How values are bound into a kept plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binding {
+    /// As DataFusion binds them: every node's schema computed again, every expression
+    /// simplified again.
+    Recompute,
+    /// Only the expressions that hold a placeholder replaced and simplified, every node keeping
+    /// its schema. DataFusion computes each node's schema again from its expressions' names and
+    /// types, and a name is its expression as text: a search's vector, 128 numbers formatted
+    /// and thrown away (a twentieth of a search's CPU with the simplifier's pass). Used for a
+    /// plan whose schemas binding its first values left as they were (below).
+    InPlace,
+}
+
+impl Binding {
+    /// [`Binding::InPlace`] if binding `values` in place into `optimized` gives the schemas
+    /// `bound` (bound as DataFusion binds) has, node for node: the same names and types, and
+    /// nullable wherever `bound` is. The placeholders are typed as the values and a plan is
+    /// kept per types, so later values give the same types; a kept schema may say a column
+    /// can be null where a value makes it cannot.
+    fn for_plan(
+        optimized: &LogicalPlan,
+        values: Vec<ScalarValue>,
+        options: Arc<ConfigOptions>,
+        budget: &Budget,
+        bound: &LogicalPlan,
+    ) -> Self {
+        let in_place = bind(optimized.clone(), values, options, budget, Self::InPlace);
+        match in_place {
+            Ok(in_place) if same_schemas(&schemas(&in_place), &schemas(bound)) => Self::InPlace,
+            _ => Self::Recompute,
+        }
+    }
+}
+
+/// The schema of each node of `plan`, subqueries' included, in one order.
+fn schemas(plan: &LogicalPlan) -> Vec<datafusion::common::DFSchemaRef> {
+    let mut schemas = Vec::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        schemas.push(Arc::clone(node.schema()));
+        Ok(TreeNodeRecursion::Continue)
+    });
+    schemas
+}
+
+/// Whether `kept` and `bound` name and type the same columns, `kept` nullable wherever `bound`
+/// is.
+fn same_schemas(
+    kept: &[datafusion::common::DFSchemaRef],
+    bound: &[datafusion::common::DFSchemaRef],
+) -> bool {
+    kept.len() == bound.len()
+        && kept.iter().zip(bound).all(|(kept, bound)| {
+            kept.fields().len() == bound.fields().len()
+                && kept.iter().zip(bound.iter()).all(|((kq, kf), (bq, bf))| {
+                    kq == bq
+                        && kf.name() == bf.name()
+                        && kf.data_type() == bf.data_type()
+                        && (kf.is_nullable() || !bf.is_nullable())
+                })
+        })
+}
+
+/// `optimized` (its parameters placeholders) with `values` bound as `binding` says, made the
+/// statement's whose settings are `options` and budget is `budget`.
 fn bind(
     optimized: LogicalPlan,
     values: Vec<ScalarValue>,
     options: Arc<ConfigOptions>,
     budget: &Budget,
+    binding: Binding,
 ) -> Result<LogicalPlan> {
     let values = ParamValues::from(values);
     let plan = super::search::bind_searches(optimized, &values, budget)?;
-    let plan = plan.replace_params_with_values(&values)?;
-    bounded::bind_statement(simplify(plan, options)?, budget)
+    let plan = match binding {
+        Binding::Recompute => simplify(plan.replace_params_with_values(&values)?, options)?,
+        Binding::InPlace => bind_in_place(plan, &values, options)?,
+    };
+    bounded::bind_statement(plan, budget)
+}
+
+/// `plan` with its placeholders replaced by `values` and the expressions of the nodes that held
+/// them simplified (the others were when the plan was optimized); schemas kept.
+fn bind_in_place(
+    plan: LogicalPlan,
+    values: &ParamValues,
+    options: Arc<ConfigOptions>,
+) -> Result<LogicalPlan> {
+    let rule = SimplifyExpressions::new();
+    let config = OptimizerContext::new_with_config_options(options);
+    let holds = |e: &Expr| e.exists(|e| Ok(matches!(e, Expr::Placeholder(_))));
+    plan.transform_up_with_subqueries(|node| {
+        let mut held = false;
+        node.apply_expressions(|e| {
+            held = holds(e)?;
+            Ok(if held {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })?;
+        if !held {
+            return Ok(Transformed::no(node));
+        }
+        let names = NamePreserver::new(&node);
+        let node = node
+            .map_expressions(|e| {
+                if !holds(&e)? {
+                    return Ok(Transformed::no(e));
+                }
+                let name = names.save(&e);
+                let e = e.transform_up(|e| match e {
+                    Expr::Placeholder(Placeholder { id, .. }) => {
+                        let (value, metadata) =
+                            values.get_placeholders_with_values(&id)?.into_inner();
+                        Ok(Transformed::yes(Expr::Literal(value, metadata)))
+                    }
+                    other => Ok(Transformed::no(other)),
+                })?;
+                Ok(e.update_data(|e| name.restore(e)))
+            })?
+            .data;
+        rule.rewrite(node, &config)
+    })
+    .map(|t| t.data)
 }
 
 /// `plan` with its expressions simplified by DataFusion's simplifier, as the optimizer
@@ -427,8 +552,8 @@ impl PreparedPlans {
             .cloned()
             .ok_or_else(|| Status::internal("a statement's session has no budget"))?;
         let key = Key::new(sql, options, &values);
-        if let Some(kept) = self.get(&key, engine).await {
-            let plan = bind(kept, values, settings, &budget).map_err(sql::status)?;
+        if let Some((kept, binding)) = self.get(&key, engine).await {
+            let plan = bind(kept, values, settings, &budget, binding).map_err(sql::status)?;
             return Ok(Statement::Read(ReadPlan::Optimized(plan)));
         }
         let (plan, values) = match sql::plan(ctx, sql, Some(values)).await? {
@@ -440,9 +565,23 @@ impl PreparedPlans {
         let optimized = ctx.state_ref().read().optimize(&plan);
         match optimized {
             Ok(optimized) => {
-                self.put(key, &plan, &optimized);
-                let plan = bind(optimized, values, settings, &budget).map_err(sql::status)?;
-                Ok(Statement::Read(ReadPlan::Optimized(plan)))
+                let bound = bind(
+                    optimized.clone(),
+                    values.clone(),
+                    Arc::clone(&settings),
+                    &budget,
+                    Binding::Recompute,
+                );
+                // Values the statement refuses leave nothing to compare with: kept all the same
+                // (the next values may be good), bound as DataFusion binds.
+                let binding = match &bound {
+                    Ok(bound) => Binding::for_plan(&optimized, values, settings, &budget, bound),
+                    Err(_) => Binding::Recompute,
+                };
+                self.put(key, &plan, &optimized, binding);
+                Ok(Statement::Read(ReadPlan::Optimized(
+                    bound.map_err(sql::status)?,
+                )))
             }
             // Not a plan DataFusion optimizes with placeholders in it: the values are bound
             // first, as in a statement written with them (an error of the statement's own

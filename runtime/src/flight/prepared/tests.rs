@@ -379,6 +379,95 @@ async fn a_kept_plan_holds_no_statements_budget() {
     }
 }
 
+/// A kept plan's later values are bound in place (only the expressions that hold them replaced
+/// and simplified, schemas kept) when binding its first values so left every schema as
+/// DataFusion's binding made it; the plan each execution gets is the one DataFusion's binding
+/// of its values gives.
+#[tokio::test]
+async fn a_kept_plan_binds_its_values_in_place_as_datafusion_would() {
+    let float = |v: f64| ScalarValue::Float64(Some(v));
+    let cases = [
+        (
+            "SELECT v FROM s.t WHERE id = $1 OR id = $2 + 1",
+            vec![int(5), int(7)],
+            vec![int(9), int(40)],
+            Binding::InPlace,
+        ),
+        (
+            "SELECT id, v + $1 AS w FROM s.t WHERE id < $2 ORDER BY w DESC LIMIT 3",
+            vec![int(1), int(50)],
+            vec![int(-4), int(20)],
+            Binding::InPlace,
+        ),
+        (
+            "SELECT v FROM s.t WHERE id IN (SELECT id FROM s.t WHERE v > $1) AND v < $2",
+            vec![float(300.0), int(900)],
+            vec![float(10.0), int(100)],
+            Binding::InPlace,
+        ),
+        (
+            "SELECT id FROM s.v ORDER BY array_distance(emb, CAST(string_to_array($1, ',') AS FLOAT[])) LIMIT 2",
+            vec![ScalarValue::from("8,9")],
+            vec![ScalarValue::from("2.5,3")],
+            Binding::InPlace,
+        ),
+        (
+            "SELECT $1 AS x, v FROM s.t WHERE id = 3",
+            vec![int(1)],
+            vec![int(2)],
+            Binding::InPlace,
+        ),
+        // Values the statement refuses first: bound as DataFusion binds.
+        (
+            "SELECT id FROM s.v ORDER BY array_distance(emb, CAST(string_to_array($1, ',') AS FLOAT[])) LIMIT 2",
+            vec![ScalarValue::from("1,two")],
+            vec![ScalarValue::from("2.5,3")],
+            Binding::Recompute,
+        ),
+    ];
+    for (sql, first, later, binding) in cases {
+        let kept = Endpoint::new().await;
+        kept.create("v", vectors()).await;
+        let _ = kept.run_in(1 << 30, sql, first).await;
+        let in_place = kept.shown_plan(sql, later.clone()).await;
+        assert_eq!(kept.prepared.hits(), 1, "{sql}: not kept");
+        assert_eq!(kept.prepared.bindings(), vec![binding], "{sql}");
+        let fresh = Endpoint::new().await;
+        fresh.create("v", vectors()).await;
+        let recomputed = fresh.shown_plan(sql, later.clone()).await;
+        assert_eq!(in_place, recomputed, "{sql}");
+        assert_eq!(
+            kept.run(sql, later.clone()).await,
+            fresh.run(sql, later).await,
+            "{sql}"
+        );
+    }
+}
+
+/// A kept plan is bound in place only if its schemas would come out the same: the same names
+/// and types, and nullable wherever binding makes them.
+#[test]
+fn schemas_kept_in_place_must_match_those_binding_makes() {
+    use arrow::datatypes::{DataType, Field};
+    use datafusion::common::DFSchema;
+    let schema =
+        |fields: Vec<Field>| vec![Arc::new(DFSchema::try_from(Schema::new(fields)).unwrap())];
+    let bound = schema(vec![Field::new("d", DataType::Float64, false)]);
+    assert!(same_schemas(&bound, &bound));
+    // A kept schema may say a column can be null where the value makes it cannot.
+    let nullable = schema(vec![Field::new("d", DataType::Float64, true)]);
+    assert!(same_schemas(&nullable, &bound));
+    assert!(!same_schemas(&bound, &nullable));
+    for other in [
+        schema(vec![Field::new("d", DataType::Float32, false)]),
+        schema(vec![Field::new("e", DataType::Float64, false)]),
+        schema(vec![]),
+        vec![],
+    ] {
+        assert!(!same_schemas(&other, &bound), "{other:?}");
+    }
+}
+
 /// A prepared read of a version the statement names is kept for it while that version stays
 /// what it was, whatever the latest is.
 #[tokio::test]

@@ -363,12 +363,13 @@ impl Wanted {
 /// `/` and the path as it is. That mapping goes through a URL (the parts encoded into one,
 /// then decoded out of it): a tenth of a search's reads' CPU for names that come back
 /// unchanged. A name with a percent sign (the path's own escapes, which the URL decodes), a
-/// `#` (`LocalFileSystem` refuses names ending `#<digits>`, its uploads' staging), a colon or a
-/// backslash (the URL's drive-letter rules), or a control character is left to it; `None` for
+/// `#` (`LocalFileSystem` refuses names ending `#<digits>`, its uploads' staging), a colon, a
+/// bar or a backslash (the URL's drive-letter rules: `c|` is read `c:`), or a control character
+/// is left to it; `None` for
 /// those. A `Path` has no empty, `.` or `..` part to resolve.
 fn plain_path(location: &Path) -> Option<PathBuf> {
     let name = location.as_ref();
-    let plain = |b: &u8| !matches!(b, b'%' | b'#' | b':' | b'\\') && !b.is_ascii_control();
+    let plain = |b: &u8| !matches!(b, b'%' | b'#' | b':' | b'|' | b'\\') && !b.is_ascii_control();
     (!name.is_empty() && name.as_bytes().iter().all(plain))
         .then(|| PathBuf::from(format!("/{name}")))
 }
@@ -550,6 +551,8 @@ mod tests {
             Path::parse("d/50%").unwrap(),
             Path::parse("d/x#12").unwrap(),
             Path::parse("d/c:").unwrap(),
+            Path::parse("c|/t.lance/a").unwrap(),
+            Path::parse("d/ab|").unwrap(),
             Path::parse("d/a\\b").unwrap(),
             Path::parse("").unwrap(),
         ];

@@ -21,15 +21,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use arrow::datatypes::{DataType, Field};
+use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::common::{DFSchema, ParamValues, ScalarValue};
 use datafusion::error::Result;
-use datafusion::logical_expr::expr::Placeholder;
+use datafusion::logical_expr::expr::{Placeholder, ScalarFunction};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, ReturnFieldArgs, Volatility};
 use datafusion::optimizer::simplify_expressions::SimplifyExpressions;
 use datafusion::optimizer::{OptimizerContext, OptimizerRule};
 use datafusion::prelude::SessionContext;
@@ -392,16 +392,15 @@ impl Binding {
     /// nullable wherever `bound` is. The placeholders are typed as the values and a plan is
     /// kept per types, so later values give the same types; a kept schema may say a column
     /// can be null where a value makes it cannot.
-    fn for_plan(
-        optimized: &LogicalPlan,
-        values: Vec<ScalarValue>,
-        options: Arc<ConfigOptions>,
-        budget: &Budget,
-        bound: &LogicalPlan,
-    ) -> Self {
-        let in_place = bind(optimized.clone(), values, options, budget, Self::InPlace);
-        match in_place {
-            Ok(in_place) if same_schemas(&schemas(&in_place), &schemas(bound)) => Self::InPlace,
+    ///
+    /// The trial replaces the placeholders only (the simplifier keeps names and types): it
+    /// folds no constants, so the statement's budget holds nothing twice.
+    fn for_plan(optimized: &LogicalPlan, values: Vec<ScalarValue>, bound: &LogicalPlan) -> Self {
+        let values = ParamValues::from(values);
+        match bind_in_place(optimized.clone(), &values, None) {
+            Ok(Some(in_place)) if same_schemas(&schemas(&in_place), &schemas(bound)) => {
+                Self::InPlace
+            }
             _ => Self::Recompute,
         }
     }
@@ -448,22 +447,30 @@ fn bind(
     let plan = super::search::bind_searches(optimized, &values, budget)?;
     let plan = match binding {
         Binding::Recompute => simplify(plan.replace_params_with_values(&values)?, options)?,
-        Binding::InPlace => bind_in_place(plan, &values, options)?,
+        Binding::InPlace => {
+            let rule = SimplifyExpressions::new();
+            let config = OptimizerContext::new_with_config_options(Arc::clone(&options));
+            match bind_in_place(plan.clone(), &values, Some((&rule, &config)))? {
+                Some(bound) => bound,
+                // A value its function takes its type from: bound as DataFusion binds.
+                None => simplify(plan.replace_params_with_values(&values)?, options)?,
+            }
+        }
     };
     bounded::bind_statement(plan, budget)
 }
 
 /// `plan` with its placeholders replaced by `values` and the expressions of the nodes that held
-/// them simplified (the others were when the plan was optimized); schemas kept.
+/// them simplified by `simplifier` (the others were when the plan was optimized); schemas kept.
+/// `None` if a node's output types may be other than its schema says ([`types_hold`]).
 fn bind_in_place(
     plan: LogicalPlan,
     values: &ParamValues,
-    options: Arc<ConfigOptions>,
-) -> Result<LogicalPlan> {
-    let rule = SimplifyExpressions::new();
-    let config = OptimizerContext::new_with_config_options(options);
+    simplifier: Option<(&SimplifyExpressions, &OptimizerContext)>,
+) -> Result<Option<LogicalPlan>> {
     let holds = |e: &Expr| e.exists(|e| Ok(matches!(e, Expr::Placeholder(_))));
-    plan.transform_up_with_subqueries(|node| {
+    let mut types_changed = false;
+    let bound = plan.transform_up_with_subqueries(|node| {
         let mut held = false;
         node.apply_expressions(|e| {
             held = holds(e)?;
@@ -494,9 +501,89 @@ fn bind_in_place(
                 Ok(e.update_data(|e| name.restore(e)))
             })?
             .data;
-        rule.rewrite(node, &config)
-    })
-    .map(|t| t.data)
+        let node = match simplifier {
+            Some((rule, config)) => rule.rewrite(node, config)?.data,
+            None => node,
+        };
+        if types_hold(&node) {
+            Ok(Transformed::yes(node))
+        } else {
+            types_changed = true;
+            Ok(Transformed::new(node, true, TreeNodeRecursion::Stop))
+        }
+    })?;
+    Ok((!types_changed).then_some(bound.data))
+}
+
+/// Whether `node`'s output types are what its schema says now that values are bound in it. A
+/// scalar function may take its return type from a constant argument's value (`round(d, $1)`
+/// has the scale `$1` says): each call given one is asked its type with and without it. Nodes
+/// whose output is their inputs' columns hold; any other kind, or a call that cannot say, does
+/// not.
+fn types_hold(node: &LogicalPlan) -> bool {
+    let input = match node {
+        LogicalPlan::Projection(p) => &p.input,
+        LogicalPlan::Aggregate(a) => &a.input,
+        LogicalPlan::Window(w) => &w.input,
+        LogicalPlan::Filter(_)
+        | LogicalPlan::Sort(_)
+        | LogicalPlan::TableScan(_)
+        | LogicalPlan::Join(_)
+        | LogicalPlan::Limit(_) => return true,
+        _ => return false,
+    };
+    let schema = input.schema();
+    let mut holds = true;
+    let _ = node.apply_expressions(|e| {
+        e.apply(|e| {
+            if let Expr::ScalarFunction(call) = e
+                && call.args.iter().any(|a| matches!(a, Expr::Literal(..)))
+                && !typed_without_values(call, schema)
+            {
+                holds = false;
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+    });
+    holds
+}
+
+/// Whether `call` has the same return type given its constant arguments' values as without
+/// them.
+fn typed_without_values(call: &ScalarFunction, schema: &DFSchema) -> bool {
+    let fields: Result<Vec<FieldRef>> = call
+        .args
+        .iter()
+        .map(|a| {
+            Ok(Arc::new(Field::new(
+                "",
+                a.get_type(schema)?,
+                a.nullable(schema)?,
+            )))
+        })
+        .collect();
+    let Ok(fields) = fields else {
+        return false;
+    };
+    let given: Vec<Option<&ScalarValue>> = call
+        .args
+        .iter()
+        .map(|a| match a {
+            Expr::Literal(value, _) => Some(value),
+            _ => None,
+        })
+        .collect();
+    let unknown = vec![None; call.args.len()];
+    let typed = |scalar_arguments: &[Option<&ScalarValue>]| {
+        call.func
+            .return_field_from_args(ReturnFieldArgs {
+                arg_fields: &fields,
+                scalar_arguments,
+            })
+            .map(|f| f.data_type().clone())
+    };
+    matches!((typed(&given), typed(&unknown)), (Ok(a), Ok(b)) if a == b)
 }
 
 /// `plan` with its expressions simplified by DataFusion's simplifier, as the optimizer
@@ -575,7 +662,7 @@ impl PreparedPlans {
                 // Values the statement refuses leave nothing to compare with: kept all the same
                 // (the next values may be good), bound as DataFusion binds.
                 let binding = match &bound {
-                    Ok(bound) => Binding::for_plan(&optimized, values, settings, &budget, bound),
+                    Ok(bound) => Binding::for_plan(&optimized, values, bound),
                     Err(_) => Binding::Recompute,
                 };
                 self.put(key, &plan, &optimized, binding);
